@@ -1,0 +1,96 @@
+# Gantry. `make test` is what CI runs; `make run` starts the sandbox.
+SHELL := /bin/bash
+BIN := $(CURDIR)/bin
+GO ?= go
+export PATH := $(BIN):$(PATH)
+# Tests find the control-plane binaries here (test/testenv).
+export GANTRY_BIN_DIR := $(BIN)
+
+K8S_VERSION := v1.37.2
+K8S_LDFLAGS := -s -w \
+	-X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 \
+	-X k8s.io/component-base/version.gitMinor=37 \
+	-X k8s.io/component-base/version.gitTreeState=clean
+
+TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
+	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
+	$(BIN)/controller-gen
+
+.PHONY: all build test unit integration tools generate lint bench run clean-tools
+
+all: build
+
+## tools: build the pinned Kubernetes, etcd, kwok, KubeRay and controller-gen binaries into bin/.
+## Each binary is rebuilt only when its module's go.mod or go.sum changes.
+tools: $(TOOLS)
+
+$(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler: $(BIN)/%: hack/tools/kubernetes/go.mod hack/tools/kubernetes/go.sum
+	@echo ">> building $* $(K8S_VERSION) (first build takes minutes)"
+	cd hack/tools/kubernetes && $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+
+$(BIN)/etcd: hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd/main.go
+	@echo ">> building etcd"
+	cd hack/tools/etcd && $(GO) build -trimpath -ldflags '-s -w' -o $@ .
+
+$(BIN)/kwok: hack/tools/kwok/go.mod hack/tools/kwok/go.sum
+	@echo ">> building kwok"
+	cd hack/tools/kwok && $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+# kwok ships its stock node and pod lifecycles as YAML in its module; a standalone kwok
+# needs them passed as --config.
+$(BIN)/kwok-stages.yaml: hack/tools/kwok/go.mod hack/tools/kwok/go.sum
+	@mkdir -p $(BIN)
+	cd hack/tools/kwok && d=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && \
+	for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+	         pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do \
+	  echo '---'; cat $$d/kustomize/stage/$$f; done > $@.tmp && mv $@.tmp $@
+
+# The RayCluster/RayJob/RayService CRDs of the pinned KubeRay release.
+$(BIN)/kuberay-crds/.stamp: hack/tools/kuberay/go.mod hack/tools/kuberay/go.sum
+	@mkdir -p $(BIN)/kuberay-crds
+	cd hack/tools/kuberay && d=$$($(GO) list -m -f '{{.Dir}}' github.com/ray-project/kuberay/ray-operator) && \
+	cp $$d/config/crd/bases/*.yaml $(BIN)/kuberay-crds/ && chmod u+w $(BIN)/kuberay-crds/*.yaml
+	touch $@
+
+$(BIN)/kuberay-operator: hack/tools/kuberay/go.mod hack/tools/kuberay/go.sum
+	@echo ">> building KubeRay operator"
+	cd hack/tools/kuberay && $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/ray-project/kuberay/ray-operator
+
+$(BIN)/controller-gen: hack/tools/controller-gen/go.mod hack/tools/controller-gen/go.sum
+	@echo ">> building controller-gen"
+	cd hack/tools/controller-gen && $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+clean-tools:
+	rm -f $(TOOLS)
+
+## build: the three Gantry binaries into bin/.
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## test: unit and integration tests (integration tests start a real kube-apiserver,
+## etcd, kube-controller-manager, kwok and KubeRay from bin/, built first if needed).
+test: tools
+	$(GO) test -count=1 -timeout 45m ./...
+
+## unit: only the tests that need no control plane.
+unit:
+	$(GO) test -short -count=1 ./...
+
+## generate: deepcopy code and CRD manifests from pkg/apis.
+generate: $(BIN)/controller-gen
+	$(BIN)/controller-gen object paths=./pkg/apis/...
+	$(BIN)/controller-gen crd paths=./pkg/apis/... output:crd:artifacts:config=deploy/crds
+
+## lint: gofmt and go vet.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## bench: the core's benchmarks (placement speed) and the openb trace replay.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+## run: the sandbox cluster with the seed scenario.
+run:
+	@echo "make run: the sandbox (gantry sandbox up / demo) is not built yet; see issue 8." >&2; exit 1

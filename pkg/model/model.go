@@ -1,0 +1,220 @@
+// Package model is the scheduler's own snapshot of a cluster: nodes and their GPUs,
+// pods and their demands, gangs and queues, as plain Go values.
+//
+// It must not depend on a Kubernetes client, an informer or any I/O. The scheduling
+// core (pkg/placement, pkg/fairshare, pkg/gang, pkg/preempt, pkg/scheduler) reads and
+// writes only these types; pkg/kube translates the API objects into them, and pkg/sim
+// builds them from traces. Node taints, tolerations and node affinity use the core/v1
+// types because k8s.io/component-helpers evaluates them.
+package model
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// MilliPerGPU is one whole GPU in GPU milli-units, the unit of fractional demand.
+const MilliPerGPU = 1000
+
+// Resources is an amount of the scalar node resources a pod requests.
+type Resources struct {
+	MilliCPU    int64
+	MemoryBytes int64
+	Pods        int64
+}
+
+// Add returns r + o.
+func (r Resources) Add(o Resources) Resources {
+	return Resources{r.MilliCPU + o.MilliCPU, r.MemoryBytes + o.MemoryBytes, r.Pods + o.Pods}
+}
+
+// Sub returns r - o.
+func (r Resources) Sub(o Resources) Resources {
+	return Resources{r.MilliCPU - o.MilliCPU, r.MemoryBytes - o.MemoryBytes, r.Pods - o.Pods}
+}
+
+// Fits reports whether r fits into free.
+func (r Resources) Fits(free Resources) bool {
+	return r.MilliCPU <= free.MilliCPU && r.MemoryBytes <= free.MemoryBytes && r.Pods <= free.Pods
+}
+
+// GPU is one physical GPU (or MIG device) on a node, and what is booked on it.
+type GPU struct {
+	Index int
+	UUID  string
+	// Model is the product name as the inventory reports it ("NVIDIA A10G", "A10").
+	Model       string
+	MemoryBytes int64
+	// AllocatedBytes is memory booked by pods placed on this GPU. A pod that holds the
+	// whole GPU books all of MemoryBytes and sets Exclusive.
+	AllocatedBytes int64
+	// Exclusive is true while a pod holds the whole GPU; no share may join it.
+	Exclusive bool
+	// Sharers counts pods holding a share of this GPU.
+	Sharers int
+	// LiveFreeBytes is free memory as the node agent last measured it (NVML), or
+	// UnknownBytes. Book-kept free memory can overstate it when something outside the
+	// scheduler's view (another scheduler, a leaking process) uses the GPU.
+	LiveFreeBytes int64
+	Healthy       bool
+}
+
+// UnknownBytes marks a memory figure that no one has measured.
+const UnknownBytes int64 = -1
+
+// FreeBytes is memory not booked by any pod.
+func (g *GPU) FreeBytes() int64 {
+	if g.Exclusive {
+		return 0
+	}
+	return g.MemoryBytes - g.AllocatedBytes
+}
+
+// Idle reports whether nothing is booked on the GPU.
+func (g *GPU) Idle() bool { return !g.Exclusive && g.AllocatedBytes == 0 && g.Sharers == 0 }
+
+// Node is a schedulable machine.
+type Node struct {
+	Name          string
+	Labels        map[string]string
+	Taints        []corev1.Taint
+	Unschedulable bool
+	Allocatable   Resources
+	// Requested is the sum of requests of all pods counted on the node, including pods
+	// of other schedulers.
+	Requested Resources
+	GPUs      []GPU
+	// GPUsByCountOnly is true when the node has no per-device inventory (no node
+	// agent): GPUs then come from the nvidia.com/gpu count and GFD labels, and only
+	// whole-GPU demands are placed on it, since the device plugin picks the device.
+	GPUsByCountOnly bool
+}
+
+// Free returns the unrequested node resources.
+func (n *Node) Free() Resources { return n.Allocatable.Sub(n.Requested) }
+
+// IdleGPUs counts GPUs with nothing booked on them.
+func (n *Node) IdleGPUs() int {
+	c := 0
+	for i := range n.GPUs {
+		if n.GPUs[i].Healthy && n.GPUs[i].Idle() {
+			c++
+		}
+	}
+	return c
+}
+
+// Clone returns a deep copy of the mutable parts of n (GPUs); labels and taints are
+// shared because the core never writes them.
+func (n *Node) Clone() *Node {
+	c := *n
+	c.GPUs = append([]GPU(nil), n.GPUs...)
+	return &c
+}
+
+// GPUDemand is what a pod needs of GPUs. Count GPUs on one node; on each, either the
+// whole GPU (MemoryBytes == 0 and FractionMilli == 0) or a share by memory or fraction.
+type GPUDemand struct {
+	Count int
+	// MemoryBytes is the per-GPU share in bytes (DRA capacity request, or the
+	// gantry.dev/gpu-memory annotation). Zero when not a memory share.
+	MemoryBytes int64
+	// FractionMilli is the per-GPU share in 1/1000 of a GPU (gantry.dev/gpu-fraction,
+	// or a trace's gpu_milli). Zero when not a fractional share.
+	FractionMilli int64
+	// Models lists the accepted GPU models; empty accepts any.
+	Models []string
+	// StartFreeFraction is the fraction of each GPU's total memory that must be free,
+	// live, when the pod starts (vLLM's gpu_memory_utilization). Zero when unknown.
+	StartFreeFraction float64
+}
+
+// Whole reports whether the demand takes whole GPUs.
+func (d GPUDemand) Whole() bool { return d.Count > 0 && d.MemoryBytes == 0 && d.FractionMilli == 0 }
+
+// Shared reports whether the demand is a share of one GPU.
+func (d GPUDemand) Shared() bool { return d.Count > 0 && !d.Whole() }
+
+// BytesOn returns how much memory the demand books on gpu: all of it for a whole GPU,
+// else the share (a fraction is rounded up to whole bytes).
+func (d GPUDemand) BytesOn(g *GPU) int64 {
+	switch {
+	case d.MemoryBytes > 0:
+		return d.MemoryBytes
+	case d.FractionMilli > 0:
+		return (g.MemoryBytes*d.FractionMilli + MilliPerGPU - 1) / MilliPerGPU
+	default:
+		return g.MemoryBytes
+	}
+}
+
+// NeedsLiveFreeBytes returns how much memory must be free live on gpu for the pod to
+// start: the larger of its booking and StartFreeFraction of the total.
+func (d GPUDemand) NeedsLiveFreeBytes(g *GPU) int64 {
+	need := d.BytesOn(g)
+	if d.StartFreeFraction > 0 {
+		if f := int64(d.StartFreeFraction * float64(g.MemoryBytes)); f > need {
+			need = f
+		}
+	}
+	return need
+}
+
+// AcceptsModel reports whether the demand accepts a GPU of the given model.
+func (d GPUDemand) AcceptsModel(model string) bool {
+	if len(d.Models) == 0 {
+		return true
+	}
+	for _, m := range d.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// PodID names a pod: "namespace/name".
+type PodID string
+
+// GangID names a gang; a lone pod is a gang of one named after the pod.
+type GangID string
+
+// GPUBinding is the share of one GPU that a placed pod holds.
+type GPUBinding struct {
+	Index       int
+	MemoryBytes int64
+	Whole       bool
+}
+
+// Pod is a pod as the scheduling core sees it.
+type Pod struct {
+	ID   PodID
+	UID  string
+	Gang GangID
+	// Queue is the leaf queue the pod is charged to.
+	Queue       string
+	Priority    int32
+	Preemptible bool
+	Requests    Resources
+	GPU         GPUDemand
+
+	NodeSelector map[string]string
+	// RequiredAffinity is requiredDuringSchedulingIgnoredDuringExecution, or nil.
+	RequiredAffinity *corev1.NodeSelector
+	Tolerations      []corev1.Toleration
+
+	// Node is where the pod is bound (or assumed), empty while pending.
+	Node string
+	// GPUs are the shares the pod holds on Node.
+	GPUs []GPUBinding
+	// StartedAt is when the pod was bound, in seconds since an arbitrary epoch
+	// (used for the preemption protection window); zero when pending.
+	StartedAt int64
+	// Elastic is true for members above their gang's minimum (autoscaled Ray
+	// workers): placed when capacity allows and given up first.
+	Elastic bool
+	// Foreign is true for pods of other schedulers: counted, never moved.
+	Foreign bool
+}
+
+// Bound reports whether the pod is on a node.
+func (p *Pod) Bound() bool { return p.Node != "" }

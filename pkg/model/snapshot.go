@@ -1,0 +1,123 @@
+package model
+
+import "sort"
+
+// Gang is a set of pods that start together: at least MinMember of them are bound
+// in one decision, or none is.
+type Gang struct {
+	ID          GangID
+	Queue       string
+	Priority    int32
+	Preemptible bool
+	// MinMember is how many members must be placed together. Members above it are
+	// elastic.
+	MinMember int
+	// Members are the gang's pods that exist now, bound or pending.
+	Members []PodID
+	// Missing says why the gang must wait for pods that do not exist yet (for example
+	// "waiting for 2 of 3 pods to be created"); empty when all MinMember pods exist.
+	Missing string
+	// CreatedAt orders gangs of equal standing first-come first-served.
+	CreatedAt int64
+}
+
+// ResourceName names a resource that queues divide: "gpu", "cpu", "memory", or
+// "gpu/<model>" for a per-model GPU quota.
+type ResourceName string
+
+const (
+	ResourceGPU    ResourceName = "gpu"
+	ResourceCPU    ResourceName = "cpu"
+	ResourceMemory ResourceName = "memory"
+)
+
+// GPUModelResource names the per-model GPU resource of a queue.
+func GPUModelResource(model string) ResourceName { return ResourceName("gpu/" + model) }
+
+// Unlimited is the value of a quota, limit or weight that sets no bound.
+const Unlimited = -1
+
+// QueueResource bounds one resource of a queue. Amounts are in the resource's unit:
+// GPUs (fractions allowed) for gpu, millicores for cpu, bytes for memory.
+type QueueResource struct {
+	// Quota is guaranteed to the queue when it has demand; Unlimited means the queue is
+	// entitled to whatever its parent has.
+	Quota float64
+	// Limit caps use, borrowed capacity included; Unlimited means no cap.
+	Limit float64
+	// OverQuotaWeight is the queue's share of spare capacity among siblings of equal
+	// priority.
+	OverQuotaWeight float64
+}
+
+// Queue is a node of the queue tree. Only leaf queues hold pods.
+type Queue struct {
+	Name      string
+	Parent    string
+	Priority  int32
+	Resources map[ResourceName]QueueResource
+}
+
+// Snapshot is the cluster as one scheduling cycle sees it.
+type Snapshot struct {
+	Nodes  []*Node
+	Pods   map[PodID]*Pod
+	Gangs  map[GangID]*Gang
+	Queues map[string]*Queue
+	// Now is the snapshot's time in seconds since the same epoch as Pod.StartedAt.
+	Now int64
+
+	nodeIndex map[string]int
+}
+
+// NewSnapshot returns an empty snapshot.
+func NewSnapshot() *Snapshot {
+	return &Snapshot{
+		Pods:      map[PodID]*Pod{},
+		Gangs:     map[GangID]*Gang{},
+		Queues:    map[string]*Queue{},
+		nodeIndex: map[string]int{},
+	}
+}
+
+// AddNode adds or replaces a node.
+func (s *Snapshot) AddNode(n *Node) {
+	if s.nodeIndex == nil {
+		s.nodeIndex = map[string]int{}
+	}
+	if i, ok := s.nodeIndex[n.Name]; ok {
+		s.Nodes[i] = n
+		return
+	}
+	s.nodeIndex[n.Name] = len(s.Nodes)
+	s.Nodes = append(s.Nodes, n)
+}
+
+// Node returns the named node, or nil.
+func (s *Snapshot) Node(name string) *Node {
+	i, ok := s.nodeIndex[name]
+	if !ok {
+		return nil
+	}
+	return s.Nodes[i]
+}
+
+// NodeIndex returns the position of the named node in Nodes, or -1.
+func (s *Snapshot) NodeIndex(name string) int {
+	if i, ok := s.nodeIndex[name]; ok {
+		return i
+	}
+	return -1
+}
+
+// GangPods returns the gang's existing pods in a stable order.
+func (s *Snapshot) GangPods(g *Gang) []*Pod {
+	pods := make([]*Pod, 0, len(g.Members))
+	for _, id := range g.Members {
+		if p := s.Pods[id]; p != nil {
+			pods = append(pods, p)
+		}
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].ID < pods[j].ID })
+	return pods
+}
