@@ -214,6 +214,14 @@ type Pod struct {
 	Elastic bool
 	// Foreign is true for pods of other schedulers: counted, never moved.
 	Foreign bool
+	// Terminating is true for a bound pod that is being deleted or evicted: it still
+	// holds its resources until it is gone.
+	Terminating bool
+	// NominatedNode is where a pending preemptor will go once its victims are gone
+	// (status.nominatedNodeName), so a restarted scheduler does not evict again.
+	NominatedNode string
+	// CreatedAt orders pods first-come first-served, in seconds.
+	CreatedAt int64
 }
 
 // Bound reports whether the pod is on a node.

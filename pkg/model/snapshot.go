@@ -14,6 +14,9 @@ type Gang struct {
 	MinMember int
 	// Members are the gang's pods that exist now, bound or pending.
 	Members []PodID
+	// Succeeded counts members that finished successfully: they count towards
+	// MinMember (a completing gang is not below its minimum) but hold nothing.
+	Succeeded int
 	// Missing says why the gang must wait for pods that do not exist yet (for example
 	// "waiting for 2 of 3 pods to be created"); empty when all MinMember pods exist.
 	Missing string
@@ -120,4 +123,20 @@ func (s *Snapshot) GangPods(g *Gang) []*Pod {
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].ID < pods[j].ID })
 	return pods
+}
+
+// RemoveNode removes the named node; the last node takes its position.
+func (s *Snapshot) RemoveNode(name string) {
+	i, ok := s.nodeIndex[name]
+	if !ok {
+		return
+	}
+	last := len(s.Nodes) - 1
+	if i != last {
+		s.Nodes[i] = s.Nodes[last]
+		s.nodeIndex[s.Nodes[i].Name] = i
+	}
+	s.Nodes[last] = nil
+	s.Nodes = s.Nodes[:last]
+	delete(s.nodeIndex, name)
 }

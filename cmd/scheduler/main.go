@@ -1,0 +1,192 @@
+// Command gantry-scheduler is Gantry's scheduler: it watches the cluster, runs the
+// scheduling core, and binds, allocates and evicts. Flags and wiring only; the work
+// is in pkg/kube and pkg/scheduler.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+)
+
+type names []string
+
+func (n *names) String() string { return strings.Join(*n, ",") }
+func (n *names) Set(v string) error {
+	*n = append(*n, v)
+	return nil
+}
+
+func main() {
+	var (
+		kubeconfig     = flag.String("kubeconfig", "", "kubeconfig file; empty for in-cluster config")
+		schedulerNames names
+		leaderElect    = flag.Bool("leader-elect", true, "elect a leader through a Lease so that only one replica schedules")
+		leaseNamespace = flag.String("leader-elect-namespace", "gantry-system", "namespace of the leader-election Lease")
+		leaseName      = flag.String("leader-elect-name", "gantry-scheduler", "name of the leader-election Lease")
+		qps            = flag.Float64("kube-api-qps", 50, "client QPS to the API server")
+		burst          = flag.Int("kube-api-burst", 100, "client burst to the API server")
+		metricsAddr    = flag.String("metrics-bind-address", ":8080", "address of /metrics; 0 disables")
+		probeAddr      = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables")
+		configPath     = flag.String("config", "", "policy file (YAML): policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers")
+	)
+	flag.Var(&schedulerNames, "scheduler-name", "schedulerName of the pods to serve; repeatable (default gantry-scheduler)")
+	klog.InitFlags(nil)
+	flag.Parse()
+	if len(schedulerNames) == 0 {
+		schedulerNames = names{"gantry-scheduler"}
+	}
+	if err := run(*kubeconfig, schedulerNames, *leaderElect, *leaseNamespace, *leaseName, float32(*qps), *burst, *metricsAddr, *probeAddr, *configPath); err != nil {
+		fmt.Fprintln(os.Stderr, "gantry-scheduler:", err)
+		os.Exit(1)
+	}
+}
+
+func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metricsAddr, probeAddr, configPath string) error {
+	cfg, err := kube.LoadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("client config: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = qps, burst
+	restCfg.UserAgent = "gantry-scheduler"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := kube.NewMetrics(reg)
+	var ready atomic.Bool
+	serve(metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	serveProbes(probeAddr, &ready)
+
+	sched, err := scheduler.New(cfg.Policy, scheduler.Config{
+		Preemption:        cfg.PreemptionEnabled(),
+		MinRuntimeSeconds: int64(cfg.MinRuntime.Seconds()),
+	})
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: schedulerNames[0]})
+
+	lead := func(ctx context.Context) {
+		lookup := kube.NewObjectLookup()
+		cache := kube.NewCache(schedulerNames, lookup)
+		inf, err := kube.NewInformers(client, dyn, cache, lookup)
+		if err != nil {
+			klog.ErrorS(err, "Set up informers")
+			os.Exit(1)
+		}
+		if err := inf.Start(ctx); err != nil {
+			klog.ErrorS(err, "Start informers")
+			os.Exit(1)
+		}
+		runner := kube.NewRunner(cache, sched, client, recorder, metrics, kube.RunnerOptions{
+			BindWorkers: cfg.BindWorkers, EvictionQPS: cfg.EvictionQPS, EvictionBurst: cfg.EvictionBurst,
+		})
+		status := kube.NewStatusReporter(cache, sched, dyn, metrics)
+		go status.Run(ctx, 5*time.Second)
+		ready.Store(true)
+		klog.InfoS("Scheduling", "schedulerNames", schedulerNames, "policy", sched.Placer.Policy())
+		runner.Run(ctx)
+	}
+	if !leaderElect {
+		lead(ctx)
+		return nil
+	}
+	id, _ := os.Hostname()
+	id = fmt.Sprintf("%s_%d", id, os.Getpid())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: leaseNamespace, Name: leaseName},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		ReleaseOnCancel: true,
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: lead,
+			OnStoppedLeading: func() {
+				klog.InfoS("Lost leadership; exiting so that a fresh replica takes over")
+				os.Exit(0)
+			},
+		},
+	})
+	return nil
+}
+
+func serve(addr, path string, h http.Handler) {
+	if addr == "" || addr == "0" {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	go func() {
+		if err := http.ListenAndServe(addr, mux); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Serve", "address", addr)
+		}
+	}()
+}
+
+func serveProbes(addr string, ready *atomic.Bool) {
+	if addr == "" || addr == "0" {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "informers not synced or not leading", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	go func() {
+		if err := http.ListenAndServe(addr, mux); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Serve probes", "address", addr)
+		}
+	}()
+}

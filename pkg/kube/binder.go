@@ -1,0 +1,138 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
+)
+
+// bindRequest is one pod's binding within a gang's batch.
+type bindRequest struct {
+	pod       *model.Pod
+	placement placement.Placement
+}
+
+// binder issues pods/binding calls from a fixed pool of workers: the API server
+// handles them in parallel, and one cycle's binds would otherwise queue behind each
+// other's round trips.
+type binder struct {
+	client kubernetes.Interface
+	jobs   chan bindJob
+}
+
+type bindJob struct {
+	ctx  context.Context
+	req  bindRequest
+	done func(error)
+}
+
+func newBinder(client kubernetes.Interface, workers int) *binder {
+	b := &binder{client: client, jobs: make(chan bindJob, workers*4)}
+	for i := 0; i < workers; i++ {
+		go b.work()
+	}
+	return b
+}
+
+func (b *binder) work() {
+	for j := range b.jobs {
+		j.done(b.bind(j.ctx, j.req))
+	}
+}
+
+// bind posts one Binding. The GPUs the pod got travel as an annotation of the Binding,
+// which the API server copies onto the pod together with spec.nodeName.
+func (b *binder) bind(ctx context.Context, r bindRequest) error {
+	ns, name := splitID(r.pod.ID)
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: typesUID(r.pod.UID)},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: r.placement.Node},
+	}
+	if len(r.placement.GPUs) > 0 {
+		binding.Annotations = map[string]string{AnnotationGPUs: FormatGPUs(r.placement.GPUs)}
+	}
+	err := b.client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("bind %s to %s: %w", r.pod.ID, r.placement.Node, err)
+	}
+	return nil
+}
+
+// bindAll binds a gang's batch in parallel and returns one error per request (nil for
+// success). It waits for all of them.
+func (b *binder) bindAll(ctx context.Context, reqs []bindRequest) []error {
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	wg.Add(len(reqs))
+	for i := range reqs {
+		i := i
+		b.jobs <- bindJob{ctx: ctx, req: reqs[i], done: func(err error) { errs[i] = err; wg.Done() }}
+	}
+	wg.Wait()
+	return errs
+}
+
+// bindGang binds a gang all-or-nothing as far as the API allows: a Binding cannot be
+// undone, so when some members fail after retries, the members already bound are
+// deleted (their controllers recreate them) so that the gang is never left running
+// below its minimum. It returns the pods that ended up bound and the first error.
+func (b *binder) bindGang(ctx context.Context, reqs []bindRequest, minimum int) (bound []bindRequest, failed []bindRequest, err error) {
+	pending := reqs
+	for attempt := 0; attempt < 3 && len(pending) > 0; attempt++ {
+		errs := b.bindAll(ctx, pending)
+		var retry []bindRequest
+		for i, e := range errs {
+			switch {
+			case e == nil:
+				bound = append(bound, pending[i])
+			case apierrors.IsNotFound(e) || apierrors.IsConflict(e) || apierrors.IsInvalid(e):
+				// The pod is gone or already bound: retrying cannot help.
+				failed = append(failed, pending[i])
+				if err == nil {
+					err = e
+				}
+			default:
+				retry = append(retry, pending[i])
+				if err == nil {
+					err = e
+				}
+			}
+		}
+		pending = retry
+	}
+	failed = append(failed, pending...)
+	if len(failed) == 0 {
+		return bound, nil, nil
+	}
+	if len(bound) >= minimum {
+		// Above the minimum the gang runs; the failed members go back to pending.
+		return bound, failed, err
+	}
+	for _, r := range bound {
+		ns, name := splitID(r.pod.ID)
+		grace := int64(0)
+		if derr := b.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); derr != nil && !apierrors.IsNotFound(derr) {
+			klog.ErrorS(derr, "Roll back partly bound gang", "pod", r.pod.ID)
+		}
+	}
+	return nil, reqs, fmt.Errorf("gang bound only %d of its minimum %d; rolled back: %w", len(bound), minimum, err)
+}
+
+func splitID(id model.PodID) (string, string) {
+	s := string(id)
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' {
+			return s[:i], s[i+1:]
+		}
+	}
+	return "", s
+}

@@ -1,0 +1,64 @@
+package kube
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the scheduler's policy file (--config). Unknown keys are an error, so a
+// misspelt key cannot silently do nothing.
+type Config struct {
+	// Policy is the placement policy: "fgd" (default, fragmentation-aware),
+	// "bestfit" or "spread".
+	Policy string `json:"policy,omitempty"`
+	// Preemption enables preempt and reclaim (default true).
+	Preemption *bool `json:"preemption,omitempty"`
+	// MinRuntime protects a gang from preemption for this long after it starts
+	// (default 0: no protection).
+	MinRuntime Duration `json:"minRuntime,omitempty"`
+	// EvictionQPS and EvictionBurst bound evictions (default 10 and 20).
+	EvictionQPS   float32 `json:"evictionQPS,omitempty"`
+	EvictionBurst int     `json:"evictionBurst,omitempty"`
+	// BindWorkers is how many bindings are in flight at once (default 64).
+	BindWorkers int `json:"bindWorkers,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s" or "5m".
+type Duration struct{ time.Duration }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := yaml.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+// LoadConfig reads a policy file; an empty path gives the defaults.
+func LoadConfig(path string) (Config, error) {
+	var cfg Config
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers)", path, err)
+	}
+	return cfg, nil
+}
+
+// PreemptionEnabled is Preemption with its default.
+func (c Config) PreemptionEnabled() bool { return c.Preemption == nil || *c.Preemption }

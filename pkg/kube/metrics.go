@@ -1,0 +1,108 @@
+package kube
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+)
+
+// Metrics are the scheduler's gantry_scheduler_* series.
+type Metrics struct {
+	cycleSeconds       prometheus.Histogram
+	podBindSeconds     prometheus.Histogram
+	gangBindSeconds    prometheus.Histogram
+	podsScheduled      prometheus.Counter
+	gangsScheduled     prometheus.Counter
+	bindFailures       prometheus.Counter
+	pendingByReason    *prometheus.CounterVec
+	preemptions        *prometheus.CounterVec
+	preemptedGPUMemory *prometheus.CounterVec
+	queueFairShare     *prometheus.GaugeVec
+	queueAllocated     *prometheus.GaugeVec
+	queueLimit         *prometheus.GaugeVec
+	queueQuota         *prometheus.GaugeVec
+}
+
+// NewMetrics registers the scheduler's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	latency := prometheus.ExponentialBuckets(0.0005, 2, 16)
+	m := &Metrics{
+		cycleSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_cycle_duration_seconds", Help: "Time to compute one scheduling cycle's plan.", Buckets: latency}),
+		podBindSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_pod_scheduling_duration_seconds", Help: "Time from a pod's creation to its successful binding.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
+		gangBindSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_gang_binding_duration_seconds", Help: "Time to bind every member of a gang.", Buckets: latency}),
+		podsScheduled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gantry_scheduler_pods_scheduled_total", Help: "Pods bound."}),
+		gangsScheduled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gantry_scheduler_gangs_scheduled_total", Help: "Gangs whose minimum was bound."}),
+		bindFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gantry_scheduler_bind_failures_total", Help: "Pods whose binding failed."}),
+		pendingByReason: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_unschedulable_gangs_total", Help: "Times a gang was left pending, by reason kind."}, []string{"reason"}),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_preemption_victims_total", Help: "Pods evicted to make room, by kind (preempt or reclaim)."}, []string{"kind"}),
+		preemptedGPUMemory: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_preempted_gpu_memory_bytes_total", Help: "GPU memory freed by evictions, by kind."}, []string{"kind"}),
+		queueFairShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gantry_queue_fair_share", Help: "A queue's fair share of a resource (GPUs, millicores, bytes)."}, []string{"queue", "resource"}),
+		queueAllocated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gantry_queue_allocated", Help: "What a queue's pods hold of a resource."}, []string{"queue", "resource"}),
+		queueLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gantry_queue_limit", Help: "A queue's limit on a resource (-1 for none)."}, []string{"queue", "resource"}),
+		queueQuota: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gantry_queue_quota", Help: "A queue's guaranteed quota of a resource (-1 for unlimited)."}, []string{"queue", "resource"}),
+	}
+	reg.MustRegister(m.cycleSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
+		m.bindFailures, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
+		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota)
+	return m
+}
+
+func (m *Metrics) observeCycle(d time.Duration, _ *scheduler.Plan) {
+	if m == nil {
+		return
+	}
+	m.cycleSeconds.Observe(d.Seconds())
+}
+
+func (m *Metrics) observeBinds(_ model.GangID, bound, failed int, d time.Duration, reqs []bindRequest) {
+	if m == nil {
+		return
+	}
+	m.podsScheduled.Add(float64(bound))
+	m.bindFailures.Add(float64(failed))
+	if failed == 0 && bound > 0 {
+		m.gangsScheduled.Inc()
+		m.gangBindSeconds.Observe(d.Seconds())
+	}
+	now := time.Now().Unix()
+	for _, r := range reqs {
+		if r.pod.CreatedAt > 0 {
+			m.podBindSeconds.Observe(float64(now - r.pod.CreatedAt))
+		}
+	}
+}
+
+func (m *Metrics) observeEviction(ev scheduler.Eviction, victim *model.Pod) {
+	if m == nil {
+		return
+	}
+	m.preemptions.WithLabelValues(ev.Kind).Inc()
+	var freed int64
+	for _, g := range victim.GPUs {
+		freed += g.MemoryBytes
+	}
+	m.preemptedGPUMemory.WithLabelValues(ev.Kind).Add(float64(freed))
+}
+
+func (m *Metrics) observePending(pd scheduler.Pending) {
+	if m == nil {
+		return
+	}
+	m.pendingByReason.WithLabelValues(string(pd.Kind)).Inc()
+}
