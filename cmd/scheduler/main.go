@@ -19,20 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/kube"
-	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
 type names []string
@@ -83,52 +77,24 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(restCfg)
-	if err != nil {
-		return err
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := kube.NewMetrics(reg)
 	var ready atomic.Bool
 	serve(metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	serveProbes(probeAddr, &ready)
 
-	sched, err := scheduler.New(cfg.Policy, scheduler.Config{
-		Preemption:        cfg.PreemptionEnabled(),
-		MinRuntimeSeconds: int64(cfg.MinRuntime.Seconds()),
-	})
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: schedulerNames[0]})
-
 	lead := func(ctx context.Context) {
-		lookup := kube.NewObjectLookup()
-		cache := kube.NewCache(schedulerNames, lookup)
-		inf, err := kube.NewInformers(client, dyn, cache, lookup)
-		if err != nil {
-			klog.ErrorS(err, "Set up informers")
-			os.Exit(1)
-		}
-		if err := inf.Start(ctx); err != nil {
-			klog.ErrorS(err, "Start informers")
-			os.Exit(1)
-		}
-		runner := kube.NewRunner(cache, sched, client, recorder, metrics, kube.RunnerOptions{
-			BindWorkers: cfg.BindWorkers, EvictionQPS: cfg.EvictionQPS, EvictionBurst: cfg.EvictionBurst,
+		err := kube.Run(ctx, kube.Options{
+			RestConfig: restCfg, SchedulerNames: schedulerNames, Config: cfg, Registry: reg,
+			Ready: func() { ready.Store(true) },
 		})
-		status := kube.NewStatusReporter(cache, sched, dyn, metrics)
-		go status.Run(ctx, 5*time.Second)
-		ready.Store(true)
-		klog.InfoS("Scheduling", "schedulerNames", schedulerNames, "policy", sched.Placer.Policy())
-		runner.Run(ctx)
+		if err != nil {
+			klog.ErrorS(err, "Scheduler stopped")
+			os.Exit(1)
+		}
 	}
 	if !leaderElect {
 		lead(ctx)

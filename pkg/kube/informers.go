@@ -300,7 +300,7 @@ func gpusFromSlices(slices map[string]*resourceapi.ResourceSlice) []model.GPU {
 				g.UUID = *a.StringValue
 			}
 			if a, ok := d.Attributes["productName"]; ok && a.StringValue != nil {
-				g.Model = *a.StringValue
+				g.Model = model.CanonicalGPUModel(*a.StringValue)
 			}
 			if cpt, ok := d.Capacity["memory"]; ok {
 				g.MemoryBytes = cpt.Value.Value()

@@ -43,7 +43,7 @@ func podDemand(pod *corev1.Pod, requests corev1.ResourceList) (model.GPUDemand, 
 	}
 	if v, ok := pod.Annotations[AnnotationGPUModel]; ok && strings.TrimSpace(v) != "" {
 		for _, m := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == '|' }) {
-			d.Models = append(d.Models, strings.TrimSpace(m))
+			d.Models = append(d.Models, model.CanonicalGPUModel(m))
 		}
 	}
 	mem, hasMem := pod.Annotations[AnnotationGPUMemory]
@@ -157,7 +157,7 @@ func nodeFromAPI(n *corev1.Node, inventory []model.GPU) *model.Node {
 		return out
 	}
 	count := int(q.Value())
-	product := n.Labels[LabelGFDProduct]
+	product := model.CanonicalGPUModel(n.Labels[LabelGFDProduct])
 	var mem int64
 	if mib, err := strconv.ParseInt(n.Labels[LabelGFDMemory], 10, 64); err == nil {
 		mem = mib << 20

@@ -9,6 +9,8 @@
 package model
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -226,3 +228,11 @@ type Pod struct {
 
 // Bound reports whether the pod is on a node.
 func (p *Pod) Bound() bool { return p.Node != "" }
+
+// CanonicalGPUModel is the one spelling of a GPU model that every source is turned
+// into before comparison: NVML's product name with spaces as dashes, which is also
+// how GPU Feature Discovery writes its nvidia.com/gpu.product label ("NVIDIA A10G"
+// and "NVIDIA-A10G" are the same GPU).
+func CanonicalGPUModel(name string) string {
+	return strings.Join(strings.Fields(name), "-")
+}

@@ -16,7 +16,11 @@ import (
 //
 // With `go test -short` the control plane is not started, *env stays nil and the
 // tests are expected to skip themselves.
-func RunMain(m *testing.M, opts Options, env **Env) (code int) {
+//
+// Each setup function runs after the control plane is up, with a context that ends
+// before the control plane stops (for components a package runs in-process, such
+// as the scheduler).
+func RunMain(m *testing.M, opts Options, env **Env, setup ...func(context.Context, *Env) error) (code int) {
 	flag.Parse()
 	if testing.Short() {
 		return m.Run()
@@ -29,7 +33,11 @@ func RunMain(m *testing.M, opts Options, env **Env) (code int) {
 		return 1
 	}
 	*env = e
+	runCtx, stopRun := context.WithCancel(context.Background())
 	defer func() {
+		stopRun()
+		// Give in-process components a moment to notice before the API server goes.
+		time.Sleep(100 * time.Millisecond)
 		// A panicking test still takes its control plane down; PDEATHSIG covers a
 		// hard crash.
 		if r := recover(); r != nil {
@@ -43,5 +51,11 @@ func RunMain(m *testing.M, opts Options, env **Env) (code int) {
 			}
 		}
 	}()
+	for _, f := range setup {
+		if err := f(runCtx, e); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: setup: %v\n", err)
+			return 1
+		}
+	}
 	return m.Run()
 }

@@ -1,0 +1,85 @@
+package fairshare
+
+import (
+	"fmt"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// LimitError says which queue's limit an allocation runs into. Its message is meant
+// for people: "queue team-a is at its GPU limit (8 of 8): …".
+type LimitError struct {
+	// Queue is the queue whose limit is hit: the leaf itself or an ancestor.
+	Queue string
+	// Leaf is the queue the work was sent to.
+	Leaf     string
+	Resource model.ResourceName
+	// Limit and Allocated are in the units of model.QueueResource; Addition is what the
+	// work asked for (0 for AtLimit).
+	Limit     float64
+	Allocated float64
+	Addition  float64
+}
+
+func (e *LimitError) Error() string {
+	who := "queue " + e.Queue
+	if e.Queue != e.Leaf {
+		who = fmt.Sprintf("queue %s (a parent of %s)", e.Queue, e.Leaf)
+	}
+	fix := fmt.Sprintf("wait for its running work to finish, or raise %s.limit of queue %s", specField(e.Resource), e.Queue)
+	if e.Allocated+epsilon >= e.Limit {
+		return fmt.Sprintf("%s is at its %s limit (%s): %s",
+			who, resourceTitle(e.Resource), ofAmounts(e.Resource, e.Allocated, e.Limit), fix)
+	}
+	return fmt.Sprintf("%s would exceed its %s limit (%s in use, %s more asked for): %s",
+		who, resourceTitle(e.Resource), ofAmounts(e.Resource, e.Allocated, e.Limit), amount(e.Resource, e.Addition), fix)
+}
+
+// WouldExceedLimit returns nil when the leaf queue and every ancestor stay within their
+// limits after addition is allocated to the queue, and a *LimitError naming the first
+// limit hit (the queue's own before its parents', resources in name order) otherwise.
+// A GPU model's limit applies only where the queue declares that model. Unknown queues
+// have no limits here; ValidatePodQueue reports them.
+func (s *Shares) WouldExceedLimit(queue string, addition Amounts) error {
+	for _, qs := range s.pathUp(queue) {
+		for _, r := range s.resources {
+			add := addition[r]
+			if add <= 0 {
+				continue
+			}
+			rs := qs.Resources[r]
+			if !limitApplies(r, rs) {
+				continue
+			}
+			if rs.Allocated+add > rs.Limit+epsilon {
+				return &LimitError{Queue: qs.Name, Leaf: queue, Resource: r, Limit: rs.Limit, Allocated: rs.Allocated, Addition: add}
+			}
+		}
+	}
+	return nil
+}
+
+// AtLimit returns a *LimitError when the queue or an ancestor already holds all that a
+// limit allows of some resource, so that no work needing that resource can start; nil
+// otherwise.
+func (s *Shares) AtLimit(queue string) error {
+	for _, qs := range s.pathUp(queue) {
+		for _, r := range s.resources {
+			rs := qs.Resources[r]
+			if limitApplies(r, rs) && rs.Allocated+epsilon >= rs.Limit {
+				return &LimitError{Queue: qs.Name, Leaf: queue, Resource: r, Limit: rs.Limit, Allocated: rs.Allocated}
+			}
+		}
+	}
+	return nil
+}
+
+func limitApplies(r model.ResourceName, rs *ResourceShare) bool {
+	if rs == nil || rs.Limit == model.Unlimited {
+		return false
+	}
+	if _, isModel := gpuModelOf(r); isModel {
+		return rs.Declared
+	}
+	return true
+}

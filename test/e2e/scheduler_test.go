@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantry-dev/gantry/pkg/kube"
+)
+
+func requireEnv(t *testing.T) {
+	t.Helper()
+	if env == nil {
+		t.Skip("integration test: needs the control plane (not started with -short)")
+	}
+}
+
+// Pods asking for whole GPUs are bound, never more GPUs on a node than it has, and
+// kwok runs them.
+func TestWholeGPUPodsBindAndRun(t *testing.T) {
+	requireEnv(t)
+	ns := namespace(t)
+	createNodes(t, gpuNode(ns+"-a", 4, "NVIDIA-A10G", 23028), gpuNode(ns+"-b", 4, "NVIDIA-A10G", 23028))
+	var pods []*corev1.Pod
+	for i := 0; i < 7; i++ {
+		pods = append(pods, newPod(ns, fmt.Sprintf("p%d", i), withGPUs(1), onTestNodes(t)))
+	}
+	createPods(t, pods...)
+	got := waitPods(t, ns, 30*time.Second, "7 pods running", func(ps []corev1.Pod) bool { return running(ps) == 7 })
+	perNode := map[string]int{}
+	gpusSeen := map[string]bool{}
+	for _, p := range got {
+		perNode[p.Spec.NodeName]++
+		key := p.Spec.NodeName + "/" + p.Annotations[kube.AnnotationGPUs]
+		if gpusSeen[key] {
+			t.Errorf("two pods hold GPU %s", key)
+		}
+		gpusSeen[key] = true
+	}
+	for node, n := range perNode {
+		if n > 4 {
+			t.Errorf("node %s got %d one-GPU pods, has 4 GPUs", node, n)
+		}
+	}
+	// An eighth fits, a ninth does not and says why.
+	createPods(t, newPod(ns, "p7", withGPUs(1), onTestNodes(t)), newPod(ns, "p8", withGPUs(1), onTestNodes(t)))
+	got = waitPods(t, ns, 30*time.Second, "8 bound and the 9th explained", func(ps []corev1.Pod) bool {
+		return bound(ps) == 8 && unschedulableMessage(ps, podLeftOut(ps)) != ""
+	})
+	if msg := unschedulableMessage(got, podLeftOut(got)); !strings.Contains(msg, "GPU") {
+		t.Errorf("pending pod's message %q does not say it is the GPUs that are short", msg)
+	}
+}
+
+func podLeftOut(ps []corev1.Pod) string {
+	for _, p := range ps {
+		if p.Spec.NodeName == "" {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// A gang that fits only as a whole and does not fit binds nothing, says why, and
+// binds wholly once capacity appears.
+func TestGangBindsWhollyOrNotAtAll(t *testing.T) {
+	requireEnv(t)
+	ns := namespace(t)
+	createNodes(t, gpuNode(ns+"-a", 4, "NVIDIA-H100-80GB-HBM3", 81559), gpuNode(ns+"-b", 4, "NVIDIA-H100-80GB-HBM3", 81559))
+	var pods []*corev1.Pod
+	for i := 0; i < 3; i++ {
+		pods = append(pods, newPod(ns, fmt.Sprintf("w%d", i), withGPUs(4), onTestNodes(t),
+			withAnnotations("gantry.dev/pod-group", "train", "gantry.dev/min-member", "3")))
+	}
+	createPods(t, pods...)
+	got := waitPods(t, ns, 20*time.Second, "gang explained", func(ps []corev1.Pod) bool {
+		return unschedulableMessage(ps, "w0") != ""
+	})
+	if msg := unschedulableMessage(got, "w0"); !strings.Contains(msg, "3") {
+		t.Errorf("gang message %q does not say how many pods must fit", msg)
+	}
+	holdPods(t, ns, 2*time.Second, "no member bound", func(ps []corev1.Pod) bool { return bound(ps) == 0 })
+	createNodes(t, gpuNode(ns+"-c", 4, "NVIDIA-H100-80GB-HBM3", 81559))
+	waitPods(t, ns, 30*time.Second, "whole gang bound", func(ps []corev1.Pod) bool { return bound(ps) == 3 })
+}
+
+// Pods of other schedulers count: their GPUs are not given out again.
+func TestOtherSchedulersPodsCount(t *testing.T) {
+	requireEnv(t)
+	ns := namespace(t)
+	createNodes(t, gpuNode(ns+"-a", 2, "NVIDIA-A10G", 23028))
+	foreign := newPod(ns, "foreign", withGPUs(2), onTestNodes(t), withScheduler("default-scheduler"))
+	foreign.Spec.NodeName = ns + "-a"
+	createPods(t, foreign)
+	createPods(t, newPod(ns, "ours", withGPUs(1), onTestNodes(t)))
+	got := waitPods(t, ns, 20*time.Second, "ours explained", func(ps []corev1.Pod) bool {
+		return unschedulableMessage(ps, "ours") != ""
+	})
+	for _, p := range got {
+		if p.Name == "ours" && p.Spec.NodeName != "" {
+			t.Fatalf("our pod was bound to %s, whose GPUs another scheduler's pod holds", p.Spec.NodeName)
+		}
+	}
+	if err := env.Client.CoreV1().Pods(ns).Delete(context.Background(), "foreign", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(t, ns, 30*time.Second, "ours bound once the GPUs are free", func(ps []corev1.Pod) bool {
+		for _, p := range ps {
+			if p.Name == "ours" && p.Spec.NodeName != "" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Bad input on a pod gets a condition that says what to change, and nothing crashes.
+func TestBadGPUDemandsAreExplained(t *testing.T) {
+	requireEnv(t)
+	ns := namespace(t)
+	createNodes(t, gpuNode(ns+"-a", 8, "NVIDIA-H100-80GB-HBM3", 81559))
+	createPods(t,
+		newPod(ns, "fraction", onTestNodes(t), withAnnotations("gantry.dev/gpu-fraction", "1.5")),
+		newPod(ns, "too-many", withGPUs(16), onTestNodes(t)),
+		newPod(ns, "fine", withGPUs(1), onTestNodes(t)),
+	)
+	got := waitPods(t, ns, 20*time.Second, "bad pods explained, good pod bound", func(ps []corev1.Pod) bool {
+		return unschedulableMessage(ps, "fraction") != "" && unschedulableMessage(ps, "too-many") != "" && bound(ps) == 1
+	})
+	if msg := unschedulableMessage(got, "fraction"); !strings.Contains(msg, "gantry.dev/gpu-fraction") {
+		t.Errorf("fraction message %q does not name the annotation to fix", msg)
+	}
+	if msg := unschedulableMessage(got, "too-many"); !strings.Contains(msg, "16") {
+		t.Errorf("too-many message %q does not say what was asked", msg)
+	}
+}
