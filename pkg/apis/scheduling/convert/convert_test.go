@@ -34,7 +34,8 @@ spec:
 		model.ResourceGPU:    {Quota: 2, Limit: 4, OverQuotaWeight: 2},
 		model.ResourceCPU:    {Quota: 8000, Limit: -1, OverQuotaWeight: 1},
 		model.ResourceMemory: {Quota: 32e9, Limit: 64e9, OverQuotaWeight: 1},
-		model.GPUModelResource("NVIDIA H100 80GB HBM3"): {Quota: 1, Limit: 2, OverQuotaWeight: 1},
+		// Model names are canonicalised: spaces become dashes, as GFD writes them.
+		model.GPUModelResource("NVIDIA-H100-80GB-HBM3"): {Quota: 1, Limit: 2, OverQuotaWeight: 1},
 	}
 	if got.Name != "team-a" || got.Parent != "department-1" || got.Priority != v1alpha1.DefaultQueuePriority {
 		t.Errorf("got name %q parent %q priority %d", got.Name, got.Parent, got.Priority)
