@@ -216,7 +216,8 @@ func servedResources(client kubernetes.Interface) map[schema.GroupVersionResourc
 
 func upsertPriorityClass(c *Cache, pc *schedv1.PriorityClass) {
 	var preemptible *bool
-	for _, m := range []map[string]string{pc.Labels, pc.Annotations} {
+	// The label wins over the annotation: it is applied last.
+	for _, m := range []map[string]string{pc.Annotations, pc.Labels} {
 		switch m[LabelPreemptible] {
 		case "true":
 			t := true

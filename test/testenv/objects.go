@@ -111,6 +111,11 @@ func readYAMLDocs(path string) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return splitYAML(b, path)
+}
+
+// splitYAML splits a YAML stream into its non-empty documents; name is for errors.
+func splitYAML(b []byte, path string) ([][]byte, error) {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
 	var docs [][]byte
 	for {

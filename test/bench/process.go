@@ -1,0 +1,223 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gantry-dev/gantry/test/testenv"
+)
+
+// process is a scheduler started as a child in its own process group.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
+	err  error
+}
+
+// spawner forks children from one locked OS thread that never exits: PDEATHSIG fires
+// when the forking thread dies, so a child must not be forked from a thread the Go
+// runtime may retire. With it, a killed harness takes its schedulers along.
+var spawner struct {
+	once sync.Once
+	reqs chan *exec.Cmd
+	errs chan error
+}
+
+func startProcess(name, logPath, bin string, args ...string) (*process, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	spawner.once.Do(func() {
+		spawner.reqs, spawner.errs = make(chan *exec.Cmd), make(chan error)
+		go func() {
+			runtime.LockOSThread()
+			for c := range spawner.reqs {
+				spawner.errs <- c.Start()
+			}
+		}()
+	})
+	spawner.reqs <- cmd
+	if err := <-spawner.errs; err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logf, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// exited returns an error if the process has ended.
+func (p *process) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited: %v (log %s)", p.name, p.err, p.log.Name())
+	default:
+		return nil
+	}
+}
+
+// stop terminates the process group, killing it after a grace period.
+func (p *process) stop() {
+	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+		<-p.done
+	}
+	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	p.log.Close()
+}
+
+// startGantry runs bin/gantry-scheduler with the given client QPS and burst.
+func startGantry(bin, kubeconfig, logDir string, qps int) (*process, error) {
+	metrics, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	probe, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return startProcess("gantry-scheduler", filepath.Join(logDir, "gantry-scheduler.log"), bin,
+		"--kubeconfig="+kubeconfig,
+		"--scheduler-name="+string(Gantry),
+		"--leader-elect=false",
+		"--kube-api-qps="+strconv.Itoa(qps),
+		"--kube-api-burst="+strconv.Itoa(qps),
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe),
+	)
+}
+
+// startKubeScheduler runs bin/kube-scheduler with its default profile and the given
+// client QPS and burst.
+func startKubeScheduler(bin, kubeconfig, logDir string, qps int) (*process, error) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	config := filepath.Join(logDir, "kube-scheduler-config.yaml")
+	body := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: %d
+  burst: %d
+leaderElection:
+  leaderElect: false
+`, kubeconfig, qps, qps)
+	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
+		return nil, err
+	}
+	return startProcess("kube-scheduler", filepath.Join(logDir, "kube-scheduler.log"), bin,
+		"--config="+config,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(logDir, "kube-scheduler-certs"),
+		"--v=0",
+	)
+}
+
+// memorySampler polls a process's resident memory.
+type memorySampler struct {
+	pid  int
+	stop chan struct{}
+	done chan struct{}
+
+	mu sync.Mutex
+	// peakRSS is the largest VmRSS sampled; hwm is the kernel's VmHWM (the true
+	// peak) at the last sample.
+	peakRSS, hwm int64
+}
+
+func sampleMemory(pid int, every time.Duration) *memorySampler {
+	m := &memorySampler{pid: pid, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			m.sample()
+			select {
+			case <-m.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return m
+}
+
+func (m *memorySampler) sample() {
+	rss, hwm, err := readProcMemory(m.pid)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	m.peakRSS = max(m.peakRSS, rss)
+	m.hwm = max(m.hwm, hwm)
+	m.mu.Unlock()
+}
+
+// finish takes a last sample and returns the peak VmRSS and VmHWM in bytes.
+func (m *memorySampler) finish() (peakRSS, hwm int64) {
+	close(m.stop)
+	<-m.done
+	m.sample()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peakRSS, m.hwm
+}
+
+// readProcMemory reads VmRSS and VmHWM (bytes) from /proc/PID/status.
+func readProcMemory(pid int) (rss, hwm int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (key != "VmRSS" && key != "VmHWM") {
+			continue
+		}
+		fields := strings.Fields(val)
+		if len(fields) != 2 || fields[1] != "kB" {
+			continue
+		}
+		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		if key == "VmRSS" {
+			rss = kb << 10
+		} else {
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm, sc.Err()
+}

@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Scheduler names a scheduler under test. The value is also the schedulerName its
+// pods carry.
+type Scheduler string
+
+const (
+	// Gantry is gantry-scheduler, run from bin/gantry-scheduler (or in-process when
+	// profiling).
+	Gantry Scheduler = "gantry-scheduler"
+	// KubeScheduler is kube-scheduler v1.37.2 from bin/kube-scheduler with its
+	// default profile.
+	KubeScheduler Scheduler = "default-scheduler"
+)
+
+// Label is how tables and JSON name a scheduler.
+func (s Scheduler) Label() string {
+	if s == KubeScheduler {
+		return "kube-scheduler"
+	}
+	return string(s)
+}
+
+// Scenario is one declarative workload.
+type Scenario struct {
+	// Name selects the scenario on the command line ("a", "b", …).
+	Name string
+	// Title is one line for the report.
+	Title       string
+	Nodes       int
+	GPUsPerNode int
+	// Pods is the number of pending pods, each asking for one GPU.
+	Pods int
+	// GangSize, when above 0, groups pods into gangs of this many through the
+	// gantry.dev/pod-group and gantry.dev/min-member annotations.
+	GangSize int
+	// DRA publishes the GPUs as ResourceSlices of driver gpu.gantry.dev and has each
+	// pod claim one through a ResourceClaimTemplate (kube-controller-manager creates
+	// the claims); otherwise nodes advertise nvidia.com/gpu and pods request it.
+	DRA bool
+	// Schedulers run in this order, each against its own fresh control plane.
+	Schedulers []Scheduler
+	Goals      Goals
+}
+
+// Goals are what gantry-scheduler must reach in a scenario; zero means no goal.
+type Goals struct {
+	// MinRatio is gantry's pods/s over kube-scheduler's.
+	MinRatio float64
+	// MinPodsPerSecond is gantry's absolute throughput.
+	MinPodsPerSecond float64
+	// MaxRSSMiB bounds gantry's peak resident memory (VmHWM).
+	MaxRSSMiB float64
+	// MaxGangSpread bounds, for every gang, the time between its first and its last
+	// member's bind as the watch sees them. Gantry binds a gang from one cycle's plan,
+	// all members at once, so the spread is API latency; a gang finished by a later
+	// cycle shows a spread of at least a cycle.
+	MaxGangSpread time.Duration
+}
+
+// Scenarios are the benchmark's workloads. The anchors (kube-scheduler 273 pods/s on
+// a, 219 on b) were measured on a 2-core machine at client QPS 5000; see
+// docs/benchmarks.md.
+var Scenarios = []Scenario{
+	{
+		Name: "a", Title: "1,000 nodes × 8 GPUs, 5,000 pending one-GPU pods",
+		Nodes: 1000, GPUsPerNode: 8, Pods: 5000,
+		Schedulers: []Scheduler{KubeScheduler, Gantry},
+		Goals:      Goals{MinRatio: 4},
+	},
+	{
+		Name: "b", Title: "5,000 nodes × 8 GPUs, 10,000 pending one-GPU pods",
+		Nodes: 5000, GPUsPerNode: 8, Pods: 10000,
+		Schedulers: []Scheduler{KubeScheduler, Gantry},
+		Goals:      Goals{MinRatio: 4, MaxRSSMiB: 500},
+	},
+	{
+		Name: "c", Title: "625 gangs × 8 one-GPU pods on 1,000 nodes × 8 GPUs",
+		Nodes: 1000, GPUsPerNode: 8, Pods: 5000, GangSize: 8,
+		// kube-scheduler has no gangs.
+		Schedulers: []Scheduler{Gantry},
+		Goals:      Goals{MinPodsPerSecond: 1000, MaxGangSpread: time.Second},
+	},
+	{
+		Name: "d", Title: "DRA: 500 nodes × 8 GPUs as ResourceSlices, 2,000 pods claiming one GPU each",
+		Nodes: 500, GPUsPerNode: 8, Pods: 2000, DRA: true,
+		Schedulers: []Scheduler{KubeScheduler, Gantry},
+		Goals:      Goals{MinRatio: 5},
+	},
+}
+
+// Select returns the named scenarios in the order given ("all" or "" for every one).
+func Select(names string) ([]Scenario, error) {
+	if names == "" || names == "all" {
+		return append([]Scenario(nil), Scenarios...), nil
+	}
+	var out []Scenario
+	for _, n := range strings.Split(names, ",") {
+		n = strings.TrimSpace(n)
+		found := false
+		for _, s := range Scenarios {
+			if s.Name == n {
+				out = append(out, s)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown scenario %q: choose from a, b, c, d or all", n)
+		}
+	}
+	return out, nil
+}
+
+// Scaled shrinks (or grows) the scenario's nodes and pods by factor, keeping whole
+// gangs and at least one node and one gang. Goals on ratios and memory still apply
+// but mean less on a small cluster; the report says the scale.
+func (s Scenario) Scaled(factor float64) Scenario {
+	if factor == 1 {
+		return s
+	}
+	s.Nodes = max(1, int(math.Round(float64(s.Nodes)*factor)))
+	unit := max(1, s.GangSize)
+	s.Pods = max(unit, int(math.Round(float64(s.Pods)*factor/float64(unit)))*unit)
+	return s
+}
+
+// Gangs is the number of gangs, 0 for lone pods.
+func (s Scenario) Gangs() int {
+	if s.GangSize <= 0 {
+		return 0
+	}
+	return s.Pods / s.GangSize
+}
