@@ -5,6 +5,8 @@ GO ?= go
 export PATH := $(BIN):$(PATH)
 # Tests find the control-plane binaries here (test/testenv).
 export GANTRY_BIN_DIR := $(BIN)
+# go-nvml's header marks old NVML calls deprecated; the warnings would bury real output.
+export CGO_CFLAGS ?= -O2 -Wno-deprecated-declarations
 
 K8S_VERSION := v1.37.2
 K8S_LDFLAGS := -s -w \
@@ -17,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen
 
-.PHONY: all build test unit integration tools generate lint bench run clean-tools
+.PHONY: all build test unit integration tools generate lint bench run clean-tools gpu-smoke
 
 all: build
 
@@ -80,7 +82,8 @@ unit:
 ## generate: deepcopy code and CRD manifests from pkg/apis.
 generate: $(BIN)/controller-gen
 	$(BIN)/controller-gen object paths=./pkg/apis/...
-	$(BIN)/controller-gen crd paths=./pkg/apis/... output:crd:artifacts:config=deploy/crds
+	# Queue quotas are float64 as in KAI Scheduler, which controller-gen calls dangerous.
+	$(BIN)/controller-gen crd:allowDangerousTypes=true paths=./pkg/apis/... output:crd:artifacts:config=deploy/crds
 
 ## lint: gofmt and go vet.
 lint:
@@ -94,3 +97,8 @@ bench:
 ## run: the sandbox cluster with the seed scenario.
 run:
 	@echo "make run: the sandbox (gantry sandbox up / demo) is not built yet; see issue 8." >&2; exit 1
+
+## gpu-smoke: the node agent's discovery and metrics against the real NVIDIA driver
+## (run it on a GPU machine; it says so and fails elsewhere).
+gpu-smoke:
+	hack/gpu-smoke.sh

@@ -1,0 +1,343 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gantry-dev/gantry/gpu"
+)
+
+// CheckpointFile is the name of the checkpoint inside the plugin data directory.
+const CheckpointFile = "checkpoint.json"
+
+// healthResend is how often health is re-sent unchanged; the kubelet treats
+// health older than 30 s as unknown.
+const healthResend = 10 * time.Second
+
+// DriverOptions configure a Driver.
+type DriverOptions struct {
+	// NodeName is the node, and the name of the node's device pool.
+	NodeName string
+	// PluginDataDir holds the checkpoint (the kubelet plugin directory).
+	PluginDataDir string
+	// CDIRoot is where CDI spec files are written, e.g. /var/run/cdi.
+	CDIRoot string
+	// MPS adds CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to enforce memory shares
+	// through an MPS daemon running on the node.
+	MPS bool
+	// Snapshot supplies the current GPUs.
+	Snapshot *Snapshot
+	// OnFatal is called with errors after which the agent must stop.
+	OnFatal func(error)
+}
+
+// Driver is the gpu.gantry.dev DRA kubelet plugin: it prepares claims the
+// scheduler allocated on this node's GPUs, and reports their health.
+// Prepare and Unprepare are idempotent and survive restarts through a
+// checkpoint file.
+type Driver struct {
+	opts           DriverOptions
+	checkpointPath string
+
+	mu sync.Mutex
+	cp *checkpoint
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// NewDriver loads the checkpoint left by an earlier run.
+func NewDriver(opts DriverOptions) (*Driver, error) {
+	if opts.NodeName == "" || opts.PluginDataDir == "" || opts.CDIRoot == "" || opts.Snapshot == nil {
+		return nil, errors.New("DRA driver needs a node name, a plugin data directory, a CDI root and a snapshot")
+	}
+	path := filepath.Join(opts.PluginDataDir, CheckpointFile)
+	cp, err := loadCheckpoint(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{opts: opts, checkpointPath: path, cp: cp}, nil
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	inv := d.opts.Snapshot.Get()
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var added []types.UID
+	for _, claim := range claims {
+		devs, fresh, err := d.prepareClaim(claim, inv)
+		if err != nil {
+			results[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)}
+			continue
+		}
+		if fresh {
+			added = append(added, claim.UID)
+		}
+		results[claim.UID] = kubeletplugin.PrepareResult{Devices: resultDevices(devs)}
+	}
+	if len(added) > 0 {
+		if err := d.cp.save(d.checkpointPath); err != nil {
+			// Unrecorded claims must not count as prepared; the kubelet retries.
+			for _, uid := range added {
+				delete(d.cp.Claims, uid)
+				_ = removeCDISpec(d.opts.CDIRoot, uid)
+			}
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// prepareClaim returns the claim's devices on this node; fresh is false when
+// the claim was already prepared (a kubelet retry or restart).
+func (d *Driver) prepareClaim(claim *resourceapi.ResourceClaim, inv *gpu.Inventory) ([]preparedDevice, bool, error) {
+	if existing, ok := d.cp.Claims[claim.UID]; ok {
+		// The CDI spec may be gone (tmpfs /var/run after a reboot); recreate it.
+		if err := writeCDISpec(d.opts.CDIRoot, claim.UID, existing.Devices, d.opts.MPS); err != nil {
+			return nil, false, err
+		}
+		return existing.Devices, false, nil
+	}
+	if claim.Status.Allocation == nil {
+		return nil, false, errors.New("claim is not allocated")
+	}
+	var devs []preparedDevice
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != DriverName {
+			continue
+		}
+		pd, err := d.prepareResult(claim.UID, r, inv)
+		if err != nil {
+			return nil, false, err
+		}
+		devs = append(devs, pd)
+	}
+	if err := d.checkCapacity(claim.UID, devs); err != nil {
+		return nil, false, err
+	}
+	if err := writeCDISpec(d.opts.CDIRoot, claim.UID, devs, d.opts.MPS); err != nil {
+		return nil, false, err
+	}
+	d.cp.Claims[claim.UID] = &preparedClaim{Namespace: claim.Namespace, Name: claim.Name, Devices: devs}
+	return devs, true, nil
+}
+
+func (d *Driver) prepareResult(claimUID types.UID, r resourceapi.DeviceRequestAllocationResult, inv *gpu.Inventory) (preparedDevice, error) {
+	if r.Pool != d.opts.NodeName {
+		return preparedDevice{}, fmt.Errorf("device %s is in pool %q, but this is node %q", r.Device, r.Pool, d.opts.NodeName)
+	}
+	g, ok := deviceByName(inv, r.Device)
+	if !ok {
+		return preparedDevice{}, fmt.Errorf("device %s does not exist on node %s", r.Device, d.opts.NodeName)
+	}
+	if g.Health.State == gpu.Unhealthy {
+		return preparedDevice{}, fmt.Errorf("GPU %s (%s) is unhealthy: %s", r.Device, g.UUID, strings.Join(g.Health.Reasons, "; "))
+	}
+	if g.MIG.Enabled {
+		return preparedDevice{}, fmt.Errorf("GPU %s (%s) is in MIG mode and cannot be handed out whole", r.Device, g.UUID)
+	}
+	total := int64(g.Memory.TotalBytes)
+	memory := total
+	if q, ok := r.ConsumedCapacity[MemoryCapacity]; ok {
+		memory = q.Value()
+	}
+	if memory <= 0 || memory > total {
+		return preparedDevice{}, fmt.Errorf("memory share %d bytes on %s is outside 1..%d", memory, r.Device, total)
+	}
+	name := cdiDeviceName(claimUID, r.Device)
+	if r.ShareID != nil {
+		name += "-" + string(*r.ShareID)
+	}
+	return preparedDevice{
+		Requests:    []string{r.Request},
+		Pool:        r.Pool,
+		Device:      r.Device,
+		UUID:        g.UUID,
+		ShareID:     r.ShareID,
+		MemoryBytes: memory,
+		TotalBytes:  total,
+		CDIDeviceID: cdiKind + "=" + name,
+	}, nil
+}
+
+// checkCapacity is the last line of defence against a GPU handed out twice:
+// the shares prepared on a GPU must fit in its memory, and a whole-GPU
+// claim takes all of it.
+func (d *Driver) checkCapacity(claimUID types.UID, devs []preparedDevice) error {
+	type booking struct {
+		bytes  int64
+		claims []string
+	}
+	booked := map[string]*booking{}
+	for uid, c := range d.cp.Claims {
+		if uid == claimUID {
+			continue
+		}
+		for _, pd := range c.Devices {
+			b := booked[pd.UUID]
+			if b == nil {
+				b = &booking{}
+				booked[pd.UUID] = b
+			}
+			b.bytes += pd.MemoryBytes
+			b.claims = append(b.claims, c.Namespace+"/"+c.Name)
+		}
+	}
+	asked := map[string]int64{}
+	for _, pd := range devs {
+		asked[pd.UUID] += pd.MemoryBytes
+		b := booked[pd.UUID]
+		if b == nil {
+			b = &booking{}
+		}
+		if b.bytes+asked[pd.UUID] > pd.TotalBytes {
+			sort.Strings(b.claims)
+			return fmt.Errorf("GPU %s (%s) would be over-committed: %d of %d bytes are prepared for %s, the claim asks %d more",
+				pd.Device, pd.UUID, b.bytes, pd.TotalBytes, strings.Join(b.claims, ", "), asked[pd.UUID])
+		}
+	}
+	return nil
+}
+
+func resultDevices(devs []preparedDevice) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(devs))
+	for _, pd := range devs {
+		out = append(out, kubeletplugin.Device{
+			Requests:     pd.Requests,
+			PoolName:     pd.Pool,
+			DeviceName:   pd.Device,
+			CDIDeviceIDs: []string{pd.CDIDeviceID},
+			ShareID:      pd.ShareID,
+		})
+	}
+	return out
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Claims that
+// are not prepared are not an error: the kubelet may ask twice.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	results := make(map[types.UID]error, len(claims))
+	removed := map[types.UID]*preparedClaim{}
+	for _, c := range claims {
+		if err := removeCDISpec(d.opts.CDIRoot, c.UID); err != nil {
+			results[c.UID] = err
+			continue
+		}
+		if pc, ok := d.cp.Claims[c.UID]; ok {
+			removed[c.UID] = pc
+			delete(d.cp.Claims, c.UID)
+		}
+		results[c.UID] = nil
+	}
+	if len(removed) > 0 {
+		if err := d.cp.save(d.checkpointPath); err != nil {
+			for uid, pc := range removed {
+				d.cp.Claims[uid] = pc
+			}
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// Allocation is one claim's share of one GPU, as prepared on this node.
+type Allocation struct {
+	ClaimNamespace, ClaimName string
+	ClaimUID                  types.UID
+	Device, UUID              string
+	MemoryBytes, TotalBytes   int64
+}
+
+// Allocations lists the prepared shares, ordered by GPU and claim.
+func (d *Driver) Allocations() []Allocation {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Allocation
+	for uid, c := range d.cp.Claims {
+		for _, pd := range c.Devices {
+			out = append(out, Allocation{ClaimNamespace: c.Namespace, ClaimName: c.Name, ClaimUID: uid,
+				Device: pd.Device, UUID: pd.UUID, MemoryBytes: pd.MemoryBytes, TotalBytes: pd.TotalBytes})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].UUID != out[j].UUID {
+			return out[i].UUID < out[j].UUID
+		}
+		return out[i].ClaimUID < out[j].ClaimUID
+	})
+	return out
+}
+
+// HandleError implements kubeletplugin.DRAPlugin. Publishing errors are
+// recoverable (the controller retries); anything else stops the agent so
+// that its DaemonSet restarts it.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.opts.OnFatal != nil {
+		d.opts.OnFatal(fmt.Errorf("%s: %w", msg, err))
+	}
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: a report at once,
+// on every inventory change, and every healthResend otherwise.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	logger := klog.FromContext(ctx)
+	for {
+		changed := d.opts.Snapshot.Changed()
+		report := d.healthReport()
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-time.After(healthResend):
+		}
+		logger.V(6).Info("Re-sending device health")
+	}
+}
+
+func (d *Driver) healthReport() kubeletplugin.DeviceHealthReport {
+	inv := d.opts.Snapshot.Get()
+	var report kubeletplugin.DeviceHealthReport
+	if inv == nil {
+		return report
+	}
+	for _, g := range inv.Devices {
+		h := kubeletplugin.DeviceHealth{
+			PoolName:           d.opts.NodeName,
+			DeviceName:         DeviceName(g.Index),
+			LastUpdated:        inv.SampledAt,
+			HealthCheckTimeout: 3 * healthResend,
+			Message:            strings.Join(g.Health.Reasons, "; "),
+		}
+		switch g.Health.State {
+		case gpu.Healthy:
+			h.Health = kubeletplugin.HealthStatusHealthy
+		case gpu.Unhealthy:
+			h.Health = kubeletplugin.HealthStatusUnhealthy
+		default:
+			h.Health = kubeletplugin.HealthStatusUnknown
+		}
+		report.Devices = append(report.Devices, h)
+	}
+	return report
+}

@@ -1,0 +1,202 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/gantry-dev/gantry/gpu"
+)
+
+// The DCGM exporter's label names, so that the public "NVIDIA DCGM Exporter
+// Dashboard" and existing alerts work unchanged.
+const (
+	labelGPU           = "gpu"
+	labelUUID          = "UUID"
+	labelPCIBusID      = "pci_bus_id"
+	labelDevice        = "device"
+	labelModelName     = "modelName"
+	labelHostname      = "Hostname"
+	labelDriverVersion = "DCGM_FI_DRIVER_VERSION"
+	labelContainer     = "container"
+	labelNamespace     = "namespace"
+	labelPod           = "pod"
+)
+
+// dcgmField is one DCGM exporter metric: its name, type and help exactly as in
+// the exporter's default-counters.csv, and how to read it from a GPU.
+type dcgmField struct {
+	name  string
+	kind  prometheus.ValueType
+	help  string
+	value func(d gpu.Device) (float64, bool)
+}
+
+const mibFloat = 1 << 20
+
+var dcgmFields = []dcgmField{
+	{"DCGM_FI_DEV_SM_CLOCK", prometheus.GaugeValue, "SM clock frequency (in MHz).", u32(func(d gpu.Device) *uint32 { return d.SMClockMHz })},
+	{"DCGM_FI_DEV_MEM_CLOCK", prometheus.GaugeValue, "Memory clock frequency (in MHz).", u32(func(d gpu.Device) *uint32 { return d.MemoryClockMHz })},
+	{"DCGM_FI_DEV_GPU_TEMP", prometheus.GaugeValue, "GPU temperature (in C).", u32(func(d gpu.Device) *uint32 { return d.TemperatureCelsius })},
+	{"DCGM_FI_DEV_POWER_USAGE", prometheus.GaugeValue, "Power draw (in W).", func(d gpu.Device) (float64, bool) {
+		if d.PowerWatts == nil {
+			return 0, false
+		}
+		return *d.PowerWatts, true
+	}},
+	{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", prometheus.CounterValue, "Total energy consumption since boot (in mJ).", func(d gpu.Device) (float64, bool) {
+		if d.EnergyMillijoules == nil {
+			return 0, false
+		}
+		return float64(*d.EnergyMillijoules), true
+	}},
+	{"DCGM_FI_DEV_GPU_UTIL", prometheus.GaugeValue, "GPU utilization (in %).", u32(func(d gpu.Device) *uint32 { return d.UtilizationPercent })},
+	{"DCGM_FI_DEV_MEM_COPY_UTIL", prometheus.GaugeValue, "Memory utilization (in %).", u32(func(d gpu.Device) *uint32 { return d.MemoryUtilizationPercent })},
+	{"DCGM_FI_DEV_XID_ERRORS", prometheus.GaugeValue, "Value of the last XID error encountered.", func(d gpu.Device) (float64, bool) {
+		return float64(d.Health.LastXID), true
+	}},
+	{"DCGM_FI_DEV_FB_FREE", prometheus.GaugeValue, "Framebuffer memory free (in MiB).", func(d gpu.Device) (float64, bool) {
+		return float64(d.Memory.FreeBytes) / mibFloat, d.Memory.Known
+	}},
+	{"DCGM_FI_DEV_FB_USED", prometheus.GaugeValue, "Framebuffer memory used (in MiB).", func(d gpu.Device) (float64, bool) {
+		return float64(d.Memory.UsedBytes) / mibFloat, d.Memory.Known
+	}},
+	{"DCGM_FI_DEV_FB_RESERVED", prometheus.GaugeValue, "Framebuffer memory reserved (in MiB).", func(d gpu.Device) (float64, bool) {
+		if d.Memory.ReservedBytes == nil {
+			return 0, false
+		}
+		return float64(*d.Memory.ReservedBytes) / mibFloat, true
+	}},
+}
+
+func u32(get func(gpu.Device) *uint32) func(gpu.Device) (float64, bool) {
+	return func(d gpu.Device) (float64, bool) {
+		if v := get(d); v != nil {
+			return float64(*v), true
+		}
+		return 0, false
+	}
+}
+
+// Metrics is a Prometheus collector of the node's GPUs in the DCGM
+// exporter's format, plus gantry_gpu_* metrics for prepared memory shares.
+// It reads the agent's latest inventory at scrape time.
+type Metrics struct {
+	hostname    string
+	snapshot    *Snapshot
+	allocations func() []Allocation
+	pods        PodResourcesLister
+	podsTimeout time.Duration
+}
+
+// NewMetrics builds the collector. pods may be nil (no pod attribution);
+// allocations may be nil (no gantry share metrics).
+func NewMetrics(hostname string, snapshot *Snapshot, allocations func() []Allocation, pods PodResourcesLister) *Metrics {
+	return &Metrics{hostname: hostname, snapshot: snapshot, allocations: allocations, pods: pods, podsTimeout: 2 * time.Second}
+}
+
+// Describe sends nothing: the collector is unchecked because, as in the DCGM
+// exporter, a GPU's series carry pod labels only while a pod holds it.
+func (m *Metrics) Describe(chan<- *prometheus.Desc) {}
+
+var (
+	gantryGPULabels   = []string{labelGPU, labelUUID, labelHostname}
+	gantryClaimLabels = []string{labelGPU, labelUUID, labelHostname, "claim_namespace", "claim_name", "claim_uid"}
+
+	allocatedDesc = prometheus.NewDesc("gantry_gpu_memory_allocated_bytes",
+		"GPU memory prepared for ResourceClaims on this GPU (sum of their shares), in bytes.", gantryGPULabels, nil)
+	healthyDesc = prometheus.NewDesc("gantry_gpu_healthy",
+		"1 if the GPU is healthy, 0 if it is unhealthy or its health is unknown.", gantryGPULabels, nil)
+	claimBytesDesc = prometheus.NewDesc("gantry_gpu_claim_memory_bytes",
+		"GPU memory share of one ResourceClaim on this GPU, in bytes.", gantryClaimLabels, nil)
+	claimFractionDesc = prometheus.NewDesc("gantry_gpu_claim_memory_fraction",
+		"GPU memory share of one ResourceClaim as a fraction of the GPU's memory.", gantryClaimLabels, nil)
+)
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	inv := m.snapshot.Get()
+	if inv == nil {
+		return
+	}
+	holders := m.containers(inv)
+	for _, d := range inv.Devices {
+		if d.UUID == "" {
+			continue
+		}
+		base := []string{strconv.Itoa(d.Index), d.UUID, d.NVMLPCIBusID, fmt.Sprintf("nvidia%d", d.Minor), d.ProductName, m.hostname, inv.DriverVersion}
+		names := []string{labelGPU, labelUUID, labelPCIBusID, labelDevice, labelModelName, labelHostname, labelDriverVersion}
+		// One series per container holding the GPU, as the DCGM exporter does.
+		labelSets := [][]string{base}
+		withPods := append(append([]string(nil), names...), labelContainer, labelNamespace, labelPod)
+		if refs := holders[d.UUID]; len(refs) > 0 {
+			labelSets = labelSets[:0]
+			for _, r := range refs {
+				labelSets = append(labelSets, append(append([]string(nil), base...), r.Container, r.Namespace, r.Pod))
+			}
+		}
+		for _, f := range dcgmFields {
+			v, ok := f.value(d)
+			if !ok {
+				continue
+			}
+			for _, ls := range labelSets {
+				ln := names
+				if len(ls) > len(names) {
+					ln = withPods
+				}
+				ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(f.name, f.help, ln, nil), f.kind, v, ls...)
+			}
+		}
+		healthy := 0.0
+		if d.Health.State == gpu.Healthy {
+			healthy = 1
+		}
+		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, healthy, strconv.Itoa(d.Index), d.UUID, m.hostname)
+	}
+	m.collectShares(ch, inv)
+}
+
+func (m *Metrics) collectShares(ch chan<- prometheus.Metric, inv *gpu.Inventory) {
+	if m.allocations == nil {
+		return
+	}
+	allocated := map[string]int64{}
+	for _, a := range m.allocations() {
+		allocated[a.UUID] += a.MemoryBytes
+		g, ok := deviceByName(inv, a.Device)
+		if !ok {
+			continue
+		}
+		labels := []string{strconv.Itoa(g.Index), a.UUID, m.hostname, a.ClaimNamespace, a.ClaimName, string(a.ClaimUID)}
+		ch <- prometheus.MustNewConstMetric(claimBytesDesc, prometheus.GaugeValue, float64(a.MemoryBytes), labels...)
+		if a.TotalBytes > 0 {
+			ch <- prometheus.MustNewConstMetric(claimFractionDesc, prometheus.GaugeValue, float64(a.MemoryBytes)/float64(a.TotalBytes), labels...)
+		}
+	}
+	for _, d := range inv.Devices {
+		if d.UUID == "" {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(allocated[d.UUID]), strconv.Itoa(d.Index), d.UUID, m.hostname)
+	}
+}
+
+func (m *Metrics) containers(inv *gpu.Inventory) map[string][]containerRef {
+	if m.pods == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.podsTimeout)
+	defer cancel()
+	pods, err := m.pods.List(ctx)
+	if err != nil {
+		// Metrics without pod labels beat no metrics.
+		klog.V(2).InfoS("No pod attribution for GPU metrics", "err", err)
+		return nil
+	}
+	return containersByGPU(pods, inv)
+}
