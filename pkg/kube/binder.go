@@ -19,6 +19,8 @@ import (
 type bindRequest struct {
 	pod       *model.Pod
 	placement placement.Placement
+	// claims are the pod's ResourceClaims, allocated before the Binding.
+	claims []podClaim
 }
 
 // binder issues pods/binding calls from a fixed pool of workers: the API server
@@ -53,6 +55,11 @@ func (b *binder) work() {
 // which the API server copies onto the pod together with spec.nodeName.
 func (b *binder) bind(ctx context.Context, r bindRequest) error {
 	ns, name := splitID(r.pod.ID)
+	if len(r.claims) > 0 {
+		if err := allocateClaims(ctx, b.client, r.pod, r.claims, r.placement.Node, r.placement.GPUs); err != nil {
+			return err
+		}
+	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: typesUID(r.pod.UID)},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: r.placement.Node},
@@ -112,6 +119,9 @@ func (b *binder) bindGang(ctx context.Context, reqs []bindRequest, minimum int) 
 	failed = append(failed, pending...)
 	if len(failed) == 0 {
 		return bound, nil, nil
+	}
+	if len(reqs) == 1 {
+		return nil, failed, err
 	}
 	if len(bound) >= minimum {
 		// Above the minimum the gang runs; the failed members go back to pending.

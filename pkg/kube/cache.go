@@ -1,10 +1,12 @@
 package kube
 
 import (
+	"errors"
 	"sort"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -41,6 +43,12 @@ type Cache struct {
 	changed chan struct{}
 	// live is the last GPUNode report per node: GPU UUID to live free bytes and health.
 	live map[string]map[string]liveGPU
+	// claims are ResourceClaims by "namespace/name"; claimUsers indexes the pods that
+	// reference each, so a claim event re-reads them; podClaims are each pod's
+	// resolved claims, for allocation at binding.
+	claims     map[string]*resourceapi.ResourceClaim
+	claimUsers map[string]map[model.PodID]struct{}
+	podClaims  map[model.PodID][]podClaim
 }
 
 type priorityClass struct {
@@ -70,6 +78,9 @@ func NewCache(names []string, lookup gang.Lookup) *Cache {
 		priorities: map[string]priorityClass{},
 		changed:    make(chan struct{}, 1),
 		live:       map[string]map[string]liveGPU{},
+		claims:     map[string]*resourceapi.ResourceClaim{},
+		claimUsers: map[string]map[model.PodID]struct{}{},
+		podClaims:  map[model.PodID][]podClaim{},
 	}
 	for _, n := range names {
 		c.names[n] = true
@@ -216,6 +227,16 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 		return
 	}
 	p, demandErr := c.podFromAPI(pod, id, ours)
+	c.indexClaims(pod, id)
+	if ours && pod.Spec.NodeName == "" && len(pod.Spec.ResourceClaims) > 0 && demandErr == nil {
+		pcs, waiting := claimsOf(pod, c.claims)
+		if waiting != "" {
+			demandErr = errors.New(waiting)
+		} else {
+			p.GPU, demandErr = claimDemand(pod, pcs, p.GPU)
+			c.podClaims[id] = pcs
+		}
+	}
 	if old := c.snap.Pods[id]; old != nil {
 		if c.assumed[id] && pod.Spec.NodeName == "" {
 			// The informer lags our own binding: keep the assumed placement.
@@ -268,6 +289,13 @@ func (c *Cache) removePod(id model.PodID) {
 	delete(c.apiPods, id)
 	delete(c.assumed, id)
 	delete(c.podErrors, id)
+	delete(c.podClaims, id)
+	for key, users := range c.claimUsers {
+		delete(users, id)
+		if len(users) == 0 {
+			delete(c.claimUsers, key)
+		}
+	}
 	if prev := c.gangOf[id]; prev != "" {
 		c.setGang(id, "")
 		c.regroup(prev)
@@ -369,6 +397,61 @@ func (c *Cache) DeletePriorityClass(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.priorities, name)
+}
+
+// indexClaims records which claims a pod references. Caller holds mu.
+func (c *Cache) indexClaims(pod *corev1.Pod, id model.PodID) {
+	add := func(name string) {
+		key := pod.Namespace + "/" + name
+		if c.claimUsers[key] == nil {
+			c.claimUsers[key] = map[model.PodID]struct{}{}
+		}
+		c.claimUsers[key][id] = struct{}{}
+	}
+	for _, pc := range pod.Spec.ResourceClaims {
+		if pc.ResourceClaimName != nil {
+			add(*pc.ResourceClaimName)
+		}
+	}
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName != nil {
+			add(*st.ResourceClaimName)
+		}
+	}
+}
+
+// UpsertClaim records a ResourceClaim and re-reads the pods that use it.
+func (c *Cache) UpsertClaim(claim *resourceapi.ResourceClaim) {
+	c.setClaim(claim.Namespace+"/"+claim.Name, claim)
+}
+
+// DeleteClaim forgets a ResourceClaim.
+func (c *Cache) DeleteClaim(namespace, name string) { c.setClaim(namespace+"/"+name, nil) }
+
+func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
+	c.mu.Lock()
+	if claim == nil {
+		delete(c.claims, key)
+	} else {
+		c.claims[key] = claim
+	}
+	var users []*corev1.Pod
+	for id := range c.claimUsers[key] {
+		if p := c.apiPods[id]; p != nil && p.Spec.NodeName == "" {
+			users = append(users, p)
+		}
+	}
+	c.mu.Unlock()
+	for _, p := range users {
+		c.UpsertPod(p)
+	}
+}
+
+// claimsFor returns the pod's resolved claims, for allocation at binding.
+func (c *Cache) claimsFor(id model.PodID) []podClaim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.podClaims[id]
 }
 
 // SetQueues replaces the queue tree.

@@ -117,6 +117,21 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 		}
 		inf.synced = append(inf.synced, slices.HasSynced)
 	}
+	if served[schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}] {
+		claims := inf.core.Resource().V1().ResourceClaims().Informer()
+		if _, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.UpsertClaim(obj.(*resourceapi.ResourceClaim)) },
+			UpdateFunc: func(_, obj any) { c.UpsertClaim(obj.(*resourceapi.ResourceClaim)) },
+			DeleteFunc: func(obj any) {
+				if cl, ok := unwrap(obj).(*resourceapi.ResourceClaim); ok {
+					c.DeleteClaim(cl.Namespace, cl.Name)
+				}
+			},
+		}); err != nil {
+			return nil, err
+		}
+		inf.synced = append(inf.synced, claims.HasSynced)
+	}
 	watch := func(gvr schema.GroupVersionResource, upsert func(*unstructured.Unstructured), remove func(*unstructured.Unstructured)) error {
 		if !served[gvr] {
 			klog.InfoS("API not served; not watching it", "resource", gvr.String())

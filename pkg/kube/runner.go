@@ -128,7 +128,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 			if p == nil {
 				continue
 			}
-			b.reqs = append(b.reqs, bindRequest{pod: p, placement: pl})
+			b.reqs = append(b.reqs, bindRequest{pod: p, placement: pl, claims: c.podClaims[pl.Pod]})
 		}
 		batches = append(batches, b)
 	}

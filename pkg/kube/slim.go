@@ -30,9 +30,10 @@ func slimPod(obj any) (any, error) {
 		InitContainers:    slimContainers(pod.Spec.InitContainers),
 	}
 	out.Status = corev1.PodStatus{
-		Phase:             pod.Status.Phase,
-		NominatedNodeName: pod.Status.NominatedNodeName,
-		Conditions:        pod.Status.Conditions,
+		Phase:                 pod.Status.Phase,
+		NominatedNodeName:     pod.Status.NominatedNodeName,
+		Conditions:            pod.Status.Conditions,
+		ResourceClaimStatuses: pod.Status.ResourceClaimStatuses,
 	}
 	return out, nil
 }

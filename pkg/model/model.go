@@ -125,6 +125,9 @@ type GPUDemand struct {
 	FractionMilli int64
 	// Models lists the accepted GPU models; empty accepts any.
 	Models []string
+	// ByDevice is true when the scheduler must name the devices (a DRA claim): only
+	// nodes with a per-device inventory qualify, not GPUsByCountOnly ones.
+	ByDevice bool
 	// StartFreeFraction is the fraction of each GPU's total memory that must be free,
 	// live, when the pod starts (vLLM's gpu_memory_utilization). Zero when unknown.
 	StartFreeFraction float64

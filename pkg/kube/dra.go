@@ -1,0 +1,171 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// DeviceName is the name the node agent gives a GPU's device in its ResourceSlice.
+func DeviceName(index int) string { return "gpu-" + strconv.Itoa(index) }
+
+// memoryCapacity is the consumable capacity of a gpu.gantry.dev device.
+const memoryCapacity resourceapi.QualifiedName = "memory"
+
+// podClaim is one of a pod's ResourceClaims as the scheduler needs it.
+type podClaim struct {
+	// Name is the ResourceClaim's name; Ref is the entry in pod.spec.resourceClaims.
+	Name, Ref string
+	Claim     *resourceapi.ResourceClaim
+}
+
+// claimsOf resolves a pod's spec.resourceClaims to claim objects. waiting says which
+// claim does not exist yet (kube-controller-manager creates claims from templates).
+func claimsOf(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) (out []podClaim, waiting string) {
+	for _, pc := range pod.Spec.ResourceClaims {
+		name := ""
+		if pc.ResourceClaimName != nil {
+			name = *pc.ResourceClaimName
+		} else {
+			for _, st := range pod.Status.ResourceClaimStatuses {
+				if st.Name == pc.Name && st.ResourceClaimName != nil {
+					name = *st.ResourceClaimName
+				}
+			}
+			if name == "" {
+				return nil, fmt.Sprintf("waiting for the ResourceClaim of %q to be created from its template", pc.Name)
+			}
+		}
+		c := claims[pod.Namespace+"/"+name]
+		if c == nil {
+			return nil, fmt.Sprintf("waiting for ResourceClaim %s to be created", name)
+		}
+		out = append(out, podClaim{Name: name, Ref: pc.Name, Claim: c})
+	}
+	return out, ""
+}
+
+// claimDemand adds the GPUs a pod's claims ask of class gpu.gantry.dev to d: each
+// request takes count whole GPUs, or, with capacity.requests.memory, a share of that
+// much memory on each. Claims on other classes, "All" allocation, first-available
+// lists and claims already allocated to another pod are refused with what to change.
+func claimDemand(pod *corev1.Pod, pcs []podClaim, d model.GPUDemand) (model.GPUDemand, error) {
+	for _, pc := range pcs {
+		c := pc.Claim
+		if c.Status.Allocation != nil && !reservedFor(c, pod) {
+			return d, fmt.Errorf("ResourceClaim %s is already allocated to another consumer; gantry allocates one claim per pod (shared claims are not supported yet): use a ResourceClaimTemplate", pc.Name)
+		}
+		for _, r := range c.Spec.Devices.Requests {
+			if r.Exactly == nil {
+				return d, fmt.Errorf("ResourceClaim %s request %q uses firstAvailable, which gantry does not allocate yet: use exactly", pc.Name, r.Name)
+			}
+			e := r.Exactly
+			if e.DeviceClassName != DriverName {
+				return d, fmt.Errorf("ResourceClaim %s request %q asks for DeviceClass %q; gantry allocates only %q devices", pc.Name, r.Name, e.DeviceClassName, DriverName)
+			}
+			if e.AllocationMode == resourceapi.DeviceAllocationModeAll {
+				return d, fmt.Errorf("ResourceClaim %s request %q asks for all devices; ask for a count", pc.Name, r.Name)
+			}
+			if len(e.Selectors) > 0 {
+				return d, fmt.Errorf("ResourceClaim %s request %q has CEL selectors, which gantry does not evaluate yet: select the GPU model with the gantry.dev/gpu-model annotation instead", pc.Name, r.Name)
+			}
+			count := int(e.Count)
+			if count == 0 {
+				count = 1
+			}
+			var mem int64
+			if e.Capacity != nil {
+				if q, ok := e.Capacity.Requests[memoryCapacity]; ok {
+					mem = q.Value()
+				}
+			}
+			if d.Count > 0 && d.MemoryBytes != mem {
+				return d, fmt.Errorf("pod asks for GPUs of different kinds (whole and shares, or shares of different sizes) across its claims; gantry places one kind per pod")
+			}
+			d.Count += count
+			d.MemoryBytes = mem
+			d.ByDevice = true
+		}
+	}
+	return d, nil
+}
+
+func reservedFor(c *resourceapi.ResourceClaim, pod *corev1.Pod) bool {
+	for _, r := range c.Status.ReservedFor {
+		if r.Resource == "pods" && r.UID == pod.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// allocateClaims writes, for each of the pod's claims, the devices the placement
+// chose and reserves the claim for the pod: the kubelet's DRA driver then prepares
+// exactly those devices (or shares). It runs before the Binding.
+func allocateClaims(ctx context.Context, client kubernetes.Interface, pod *model.Pod, pcs []podClaim, node string, gpus []model.GPUBinding) error {
+	next := 0
+	for _, pc := range pcs {
+		c := pc.Claim.DeepCopy()
+		if c.Status.Allocation != nil {
+			// Left from a binding that failed, or from before a restart: the
+			// placement may differ now, so give it back and allocate afresh.
+			c.Status.Allocation, c.Status.ReservedFor = nil, nil
+			cleared, err := client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("release stale allocation of ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
+			}
+			c = cleared
+		}
+		var results []resourceapi.DeviceRequestAllocationResult
+		for _, r := range c.Spec.Devices.Requests {
+			count := int(r.Exactly.Count)
+			if count == 0 {
+				count = 1
+			}
+			for i := 0; i < count && next < len(gpus); i++ {
+				g := gpus[next]
+				next++
+				res := resourceapi.DeviceRequestAllocationResult{Request: r.Name, Driver: DriverName, Pool: node, Device: DeviceName(g.Index)}
+				if !g.Whole {
+					// One share of a device per claim result, stable for a pod.
+					share := types.UID(uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprintf("%s/%s/%d", pod.UID, c.Name, next))).String())
+					res.ShareID = &share
+					res.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
+						memoryCapacity: *resource.NewQuantity(g.MemoryBytes, resource.BinarySI),
+					}
+				}
+				results = append(results, res)
+			}
+		}
+		now := metav1.Now()
+		c.Status.Allocation = &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: results},
+			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+			}}},
+			AllocationTimestamp: &now,
+		}
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{
+			Resource: "pods", Name: podName(pod.ID), UID: types.UID(pod.UID),
+		})
+		if _, err := client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("allocate ResourceClaim %s/%s on %s: %w", c.Namespace, c.Name, node, err)
+		}
+	}
+	return nil
+}
+
+func podName(id model.PodID) string {
+	_, name := splitID(id)
+	return name
+}
