@@ -209,7 +209,7 @@ func (s *Scheduler) placeGang(snap *model.Snapshot, view *placement.View, shares
 	for _, v := range res.Victims {
 		view.Release(v)
 		if shares != nil && v.Queue != "" {
-			shares.Release(v.Queue, podAmounts(v))
+			shares.Release(v.Queue, boundAmounts(snap, v))
 		}
 		plan.Evictions = append(plan.Evictions, Eviction{Pod: v.ID, Gang: v.Gang, Preemptor: w.gang.ID, Kind: res.Kind, Reason: res.Reason})
 	}

@@ -1,0 +1,259 @@
+package preempt
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gantry-dev/gantry/pkg/fairshare"
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
+)
+
+// Kinds of Result.
+const (
+	// KindPreempt: every victim is in the preemptor's own queue, of lower priority.
+	KindPreempt = "preempt"
+	// KindReclaim: some victim is in another queue that is above its fair share.
+	KindReclaim = "reclaim"
+)
+
+// ErrNoVictims is wrapped by every error Find returns when no victim set lets the
+// gang start; the message says why and what would change it.
+var ErrNoVictims = errors.New("cannot preempt")
+
+// Request is one gang that the cycle could not place, and the cycle's state.
+type Request struct {
+	Gang *model.Gang
+	// Pods are the gang's pending members that must be placed together (its minimum).
+	Pods []*model.Pod
+	// Snapshot holds every pod (bound ones have Node, GPUs and StartedAt), gang and
+	// queue. Find does not change it.
+	Snapshot *model.Snapshot
+	// View is the cycle's current state; Find works on forks of it and never commits.
+	View   *placement.View
+	Placer *placement.Placer
+	// Shares are the current fair shares and allocations. Nil allows only preemption
+	// within the gang's own queue.
+	Shares *fairshare.Shares
+	// Now is the cycle's time (Snapshot.Now when zero); gangs that started less than
+	// MinRuntimeSeconds before it are protected.
+	Now, MinRuntimeSeconds int64
+	// Limits bound the search; the zero value means DefaultLimits.
+	Limits Limits
+}
+
+// Limits bound the victim search so that one blocked gang cannot stall a cycle. A
+// bound that is hit makes the search return the best set found within it, or none.
+type Limits struct {
+	// CandidateNodes is how many nodes get a victim set of their own, taken in order
+	// of the lowest victim priority they offer.
+	CandidateNodes int
+	// ExhaustiveNodes is how many of those, cheapest first, have their greedy set
+	// improved by trying every subset of up to SubsetSize victims.
+	ExhaustiveNodes int
+	SubsetSize      int
+	// SubsetChecks caps the feasibility checks of that exhaustive search, per node.
+	SubsetChecks int
+	// GangPlacements caps whole-gang placement simulations (Placer.PlaceGang).
+	GangPlacements int
+}
+
+// DefaultLimits are used for a zero Limits.
+var DefaultLimits = Limits{CandidateNodes: 64, ExhaustiveNodes: 16, SubsetSize: 3, SubsetChecks: 2000, GangPlacements: 256}
+
+// Result is a victim set that lets the gang start.
+type Result struct {
+	// Victims are every pod to evict: whole gangs (all their bound pods, on every node)
+	// and single elastic members. Sorted by ID.
+	Victims []*model.Pod
+	// VictimGangs are the gangs evicted whole, sorted. A gang that loses only elastic
+	// members keeps running and is not listed.
+	VictimGangs []model.GangID
+	// Placements are where the gang's pods go once the victims are gone, in the order
+	// of Request.Pods.
+	Placements []placement.Placement
+	// NeededBytes is the GPU memory the gang needs free on the GPUs of Placements
+	// (NeedsLiveFreeBytes per GPU); FreedBytes is the GPU memory the victims hold, on
+	// every GPU. FreedBytes/NeededBytes is the over-eviction ratio.
+	NeededBytes, FreedBytes int64
+	// Kind is KindPreempt or KindReclaim; empty when the gang fits with no victim.
+	Kind string
+	// Reason is one line for an Event: who, why, and what is freed.
+	Reason string
+}
+
+// Find returns the cheapest victim set it finds whose eviction lets the whole gang
+// start, or an error wrapping ErrNoVictims that says why there is none. If the gang
+// fits as things are, the Result has no victims.
+func Find(req Request) (*Result, error) {
+	if err := req.validate(); err != nil {
+		return nil, fmt.Errorf("preempt: %w", err)
+	}
+	if req.Now == 0 {
+		req.Now = req.Snapshot.Now
+	}
+	if req.Limits == (Limits{}) {
+		req.Limits = DefaultLimits
+	}
+	p := preemptorOf(req)
+
+	if placements, unschedulable := req.Placer.PlaceGang(req.View.Fork(), req.Pods); unschedulable == nil {
+		return &Result{Placements: placements, Reason: fmt.Sprintf("%s fits without evicting anything", p.describe())}, nil
+	}
+
+	rules := newReclaimRules(req, p)
+	units, refused := collectUnits(req, p, rules)
+	if len(units) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrNoVictims, noCandidatesMessage(req, p, refused))
+	}
+	s := newSearch(req, p, rules, units)
+	chosen, err := s.run()
+	if err != nil {
+		return nil, err
+	}
+	return s.result(chosen)
+}
+
+func (req *Request) validate() error {
+	switch {
+	case len(req.Pods) == 0:
+		return errors.New("request has no pods to place")
+	case req.Snapshot == nil:
+		return errors.New("request has no snapshot")
+	case req.View == nil:
+		return errors.New("request has no view")
+	case req.Placer == nil:
+		return errors.New("request has no placer")
+	}
+	return nil
+}
+
+// preemptor is who asks for room.
+type preemptor struct {
+	gang     model.GangID
+	queue    string
+	priority int32
+	pods     []*model.Pod
+}
+
+func preemptorOf(req Request) preemptor {
+	p := preemptor{pods: req.Pods}
+	if g := req.Gang; g != nil {
+		p.gang, p.queue, p.priority = g.ID, g.Queue, g.Priority
+		return p
+	}
+	first := req.Pods[0]
+	p.gang, p.queue, p.priority = first.Gang, first.Queue, first.Priority
+	if p.gang == "" {
+		p.gang = model.GangID(first.ID)
+	}
+	for _, pod := range req.Pods {
+		p.priority = max(p.priority, pod.Priority)
+	}
+	return p
+}
+
+func (p preemptor) describe() string {
+	return fmt.Sprintf("gang %s (priority %d, queue %s)", p.gang, p.priority, p.queue)
+}
+
+// result turns a chosen set into a Result: the final placement on a fresh fork, the
+// memory figures and the reason.
+func (s *search) result(chosen []*unit) (*Result, error) {
+	fork := s.req.View.Fork()
+	releaseAll(fork, chosen, nil)
+	placements, unschedulable := s.place(fork)
+	if unschedulable != nil {
+		// The search only returns sets it has seen fit; reaching this is a bug.
+		return nil, fmt.Errorf("preempt %s: chosen victims no longer make room: %s", s.p.gang, unschedulable.Message)
+	}
+	if err := s.checkReclaimerShare(chosen, placements); err != nil {
+		return nil, err
+	}
+
+	r := &Result{Placements: placements, Kind: KindPreempt}
+	for _, u := range chosen {
+		r.Victims = append(r.Victims, u.pods...)
+		if !u.elastic {
+			r.VictimGangs = append(r.VictimGangs, u.gang.ID)
+		}
+		if u.kind == KindReclaim {
+			r.Kind = KindReclaim
+		}
+	}
+	slices.SortFunc(r.Victims, func(a, b *model.Pod) int { return compareIDs(a.ID, b.ID) })
+	slices.Sort(r.VictimGangs)
+	r.VictimGangs = slices.Compact(r.VictimGangs)
+	r.FreedBytes = s.freedBytes(r.Victims)
+	r.NeededBytes = s.neededBytes(placements)
+	r.Reason = s.reason(chosen, r)
+	return r, nil
+}
+
+func compareIDs(a, b model.PodID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// neededBytes is what the gang needs free on the GPUs it is placed on.
+func (s *search) neededBytes(placements []placement.Placement) int64 {
+	byID := map[model.PodID]*model.Pod{}
+	for _, pod := range s.p.pods {
+		byID[pod.ID] = pod
+	}
+	var need int64
+	for _, pl := range placements {
+		pod := byID[pl.Pod]
+		node := s.req.View.Node(pl.Node)
+		if pod == nil || node == nil {
+			continue
+		}
+		for _, b := range pl.GPUs {
+			if g := gpuByIndex(node, b.Index); g != nil {
+				need += pod.GPU.NeedsLiveFreeBytes(g)
+			}
+		}
+	}
+	return need
+}
+
+// freedBytes is the GPU memory the pods hold, on every GPU.
+func (s *search) freedBytes(pods []*model.Pod) int64 {
+	var freed int64
+	for _, pod := range pods {
+		freed += s.heldBytes(pod)
+	}
+	return freed
+}
+
+// heldBytes is the GPU memory a bound pod books: the whole GPU for a whole binding,
+// else its share.
+func (s *search) heldBytes(pod *model.Pod) int64 {
+	node := s.req.Snapshot.Node(pod.Node)
+	var held int64
+	for _, b := range pod.GPUs {
+		if b.Whole && b.MemoryBytes == 0 && node != nil {
+			if g := gpuByIndex(node, b.Index); g != nil {
+				held += g.MemoryBytes
+				continue
+			}
+		}
+		held += b.MemoryBytes
+	}
+	return held
+}
+
+func gpuByIndex(n *model.Node, index int) *model.GPU {
+	for i := range n.GPUs {
+		if n.GPUs[i].Index == index {
+			return &n.GPUs[i]
+		}
+	}
+	return nil
+}
