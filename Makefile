@@ -15,7 +15,7 @@ K8S_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMinor=37 \
 	-X k8s.io/component-base/version.gitTreeState=clean
 
-TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler \
+TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl \
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen
 
@@ -27,7 +27,7 @@ all: build
 ## Each binary is rebuilt only when its module's go.mod or go.sum changes.
 tools: $(TOOLS)
 
-$(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler: $(BIN)/%: hack/tools/kubernetes/go.mod hack/tools/kubernetes/go.sum
+$(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl: $(BIN)/%: hack/tools/kubernetes/go.mod hack/tools/kubernetes/go.sum
 	@echo ">> building $* $(K8S_VERSION) (first build takes minutes)"
 	cd hack/tools/kubernetes && $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
 
@@ -68,11 +68,13 @@ clean-tools:
 
 ## build: the three Gantry binaries into bin/.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/gantry-scheduler ./cmd/scheduler
+	$(GO) build -o $(BIN)/gantry-node-agent ./cmd/node-agent
+	$(GO) build -o $(BIN)/gantry ./cmd/gantry
 
 ## test: unit and integration tests (integration tests start a real kube-apiserver,
 ## etcd, kube-controller-manager, kwok and KubeRay from bin/, built first if needed).
-test: tools
+test: tools build
 	$(GO) test -count=1 -timeout 45m ./...
 
 ## unit: only the tests that need no control plane.

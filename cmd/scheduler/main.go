@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -49,6 +50,8 @@ func main() {
 		metricsAddr    = flag.String("metrics-bind-address", ":8080", "address of /metrics; 0 disables")
 		probeAddr      = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables")
 		configPath     = flag.String("config", "", "policy file (YAML): policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers")
+		webhookAddr    = flag.String("webhook-bind-address", "", "serve the Queue validating and pod defaulting webhooks here (TLS); empty disables")
+		webhookCertDir = flag.String("webhook-cert-dir", "/etc/gantry/webhook", "directory with tls.crt and tls.key for the webhooks")
 	)
 	flag.Var(&schedulerNames, "scheduler-name", "schedulerName of the pods to serve; repeatable (default gantry-scheduler)")
 	klog.InitFlags(nil)
@@ -56,13 +59,13 @@ func main() {
 	if len(schedulerNames) == 0 {
 		schedulerNames = names{"gantry-scheduler"}
 	}
-	if err := run(*kubeconfig, schedulerNames, *leaderElect, *leaseNamespace, *leaseName, float32(*qps), *burst, *metricsAddr, *probeAddr, *configPath); err != nil {
+	if err := run(*kubeconfig, schedulerNames, *leaderElect, *leaseNamespace, *leaseName, float32(*qps), *burst, *metricsAddr, *probeAddr, *configPath, *webhookAddr, *webhookCertDir); err != nil {
 		fmt.Fprintln(os.Stderr, "gantry-scheduler:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metricsAddr, probeAddr, configPath string) error {
+func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metricsAddr, probeAddr, configPath, webhookAddr, webhookCertDir string) error {
 	cfg, err := kube.LoadConfig(configPath)
 	if err != nil {
 		return err
@@ -86,6 +89,17 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 	serve(metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	serveProbes(probeAddr, &ready)
 
+	// Webhooks are served by every replica, leader or not: the API server may call
+	// any of them.
+	if webhookAddr != "" {
+		dyn, err := dynamic.NewForConfig(restCfg)
+		if err != nil {
+			return err
+		}
+		if err := kube.ServeWebhooks(ctx, webhookAddr, webhookCertDir, dyn); err != nil {
+			return err
+		}
+	}
 	lead := func(ctx context.Context) {
 		err := kube.Run(ctx, kube.Options{
 			RestConfig: restCfg, SchedulerNames: schedulerNames, Config: cfg, Registry: reg,

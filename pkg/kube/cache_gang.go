@@ -94,6 +94,15 @@ func (c *Cache) applyGang(g *gang.Gang) {
 			createdAt = t
 		}
 	}
+	if old := c.snap.Gangs[g.ID]; old != nil && g.PriorityClassName == "" && !hasSpecPriority(g) {
+		// The owner that named the class is gone (a RayService being deleted, say):
+		// keep what it said rather than drop the gang to priority 0 while its pods
+		// are still on their way out.
+		priority, preemptible = old.Priority, old.Preemptible
+	}
+	if old := c.snap.Gangs[g.ID]; old != nil && g.Queue == "" {
+		g.Queue = old.Queue
+	}
 	mg := g.Model(priority, preemptible, createdAt)
 	mg.Succeeded = g.Counts.Succeeded
 	startFree := c.startFreeFraction(g)
@@ -139,6 +148,15 @@ func (c *Cache) resolvePriority(g *gang.Gang) (int32, bool) {
 		preemptible = *g.Preemptible
 	}
 	return value, preemptible
+}
+
+func hasSpecPriority(g *gang.Gang) bool {
+	for _, m := range g.Members {
+		if m.Pod.Spec.Priority != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // startFreeFraction is vLLM's gpu_memory_utilization for the GPU workers of a Ray

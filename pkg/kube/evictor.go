@@ -60,7 +60,8 @@ func (e *evictor) evict(ctx context.Context, victim *model.Pod, preemptor model.
 	e.limiter.Accept()
 
 	ns, name := splitID(victim.ID)
-	message := fmt.Sprintf("%s by gang %s: %s", kind, preemptor, reason)
+	// The reason names the preemptor, the victim's gang and what is freed.
+	message := reason
 	cond := corev1.PodCondition{
 		Type:               corev1.DisruptionTarget,
 		Status:             corev1.ConditionTrue,

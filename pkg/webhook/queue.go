@@ -59,6 +59,11 @@ func NewQueueValidator(listQueues QueueLister) *QueueValidator {
 
 // ServeHTTP answers one AdmissionReview.
 func (v *QueueValidator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	serveReview(w, r, v.Review)
+}
+
+// serveReview decodes an AdmissionReview, lets review decide, and writes the answer.
+func serveReview(w http.ResponseWriter, r *http.Request, review func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST an admission.k8s.io/v1 AdmissionReview", http.StatusMethodNotAllowed)
 		return
@@ -68,17 +73,17 @@ func (v *QueueValidator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("read AdmissionReview: %v", err), http.StatusBadRequest)
 		return
 	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
+	var in admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &in); err != nil {
 		http.Error(w, fmt.Sprintf("decode AdmissionReview: %v", err), http.StatusBadRequest)
 		return
 	}
-	if review.Request == nil {
+	if in.Request == nil {
 		http.Error(w, "AdmissionReview has no request", http.StatusBadRequest)
 		return
 	}
-	response := v.Review(r.Context(), review.Request)
-	response.UID = review.Request.UID
+	response := review(r.Context(), in.Request)
+	response.UID = in.Request.UID
 	out, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
 		Response: response,

@@ -139,3 +139,57 @@ func insecureGet(url string) (int, error) {
 	resp.Body.Close()
 	return resp.StatusCode, nil
 }
+
+// ServingCert issues a serving certificate for 127.0.0.1 from the control plane's CA
+// into dir (tls.crt, tls.key) and returns the CA in PEM, for a webhook's caBundle.
+func (e *Env) ServingCert(dir string) (caPEM []byte, err error) {
+	if e.pki == nil {
+		return nil, fmt.Errorf("testenv: no CA")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	caPEM, err = os.ReadFile(e.pki.caCert)
+	if err != nil {
+		return nil, err
+	}
+	caKeyPEM, err := os.ReadFile(e.pki.caKey)
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(caPEM)
+	kb, _ := pem.Decode(caKeyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("testenv: unreadable CA")
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "gantry-webhook"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * 365 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:     []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeCert(filepath.Join(dir, "tls.crt"), der); err != nil {
+		return nil, err
+	}
+	return caPEM, writeKey(filepath.Join(dir, "tls.key"), key)
+}

@@ -62,6 +62,7 @@ type Env struct {
 	// APIServerURL is https://127.0.0.1:PORT.
 	APIServerURL string
 
+	pki      *pki
 	mu       sync.Mutex
 	procs    []*proc
 	owndir   bool
@@ -95,6 +96,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	env.pki = pki
 	etcdURL, err := env.startEtcd(ctx, bin, opts.Logs)
 	if err != nil {
 		return nil, err
@@ -361,4 +363,31 @@ func (e *Env) waitFor(ctx context.Context, p *proc, timeout time.Duration, what 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// StartProcess runs another program as part of this control plane: in its own
+// process group, logging to Dir/NAME.log, stopped by Stop before the API server.
+// The sandbox runs the scheduler and the node agents this way.
+func (e *Env) StartProcess(name, bin string, logs bool, args ...string) (pid int, err error) {
+	p, err := e.run(name, logs, bin, args...)
+	if err != nil {
+		return 0, err
+	}
+	return p.pid, nil
+}
+
+// Exited returns an error if the named process has exited, with the tail of its log.
+func (e *Env) Exited(name string) error {
+	e.mu.Lock()
+	var p *proc
+	for _, q := range e.procs {
+		if q.name == name {
+			p = q
+		}
+	}
+	e.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("testenv: no process %s", name)
+	}
+	return e.exitedEarly(p)
 }

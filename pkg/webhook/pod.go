@@ -1,0 +1,111 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// PodDefaulter is the http.Handler of a mutating webhook for pods that sets, for every
+// extended resource a container requests but does not limit (nvidia.com/gpu above
+// all), the limit equal to the request. The API server refuses such a container
+// ("Limit must be set for non overcommitable resources"), so a manifest written that
+// way, such as the KAI walkthrough's RayCluster worker, could never create its pod.
+//
+// It only ever adds a missing limit; it never changes a value a user wrote, and it
+// must be registered with failurePolicy: Ignore so that an outage blocks no pod.
+type PodDefaulter struct{}
+
+// ServeHTTP answers one AdmissionReview.
+func (PodDefaulter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	serveReview(w, r, PodDefaulter{}.Review)
+}
+
+// Review decides one admission request: pods get the patch, anything else passes.
+func (PodDefaulter) Review(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
+		return allow(nil)
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		// Fail open: the API server's own validation will say what is wrong.
+		return allow(nil)
+	}
+	patch := extendedLimitsPatch(&pod)
+	if len(patch) == 0 {
+		return allow(nil)
+	}
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return allow(nil)
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{
+		Allowed:   true,
+		Patch:     b,
+		PatchType: &pt,
+		Warnings:  []string{fmt.Sprintf("gantry set %d missing extended-resource limits equal to their requests", len(patch))},
+	}
+}
+
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// extendedLimitsPatch returns JSON-patch operations adding the missing limits.
+func extendedLimitsPatch(pod *corev1.Pod) []jsonPatchOp {
+	var ops []jsonPatchOp
+	add := func(kind string, cs []corev1.Container) {
+		for i, c := range cs {
+			var missing []corev1.ResourceName
+			for name := range c.Resources.Requests {
+				if _, ok := c.Resources.Limits[name]; !ok && isExtendedResource(name) {
+					missing = append(missing, name)
+				}
+			}
+			if len(missing) == 0 {
+				continue
+			}
+			sort.Slice(missing, func(a, b int) bool { return missing[a] < missing[b] })
+			if c.Resources.Limits == nil {
+				limits := map[string]string{}
+				for _, name := range missing {
+					q := c.Resources.Requests[name]
+					limits[string(name)] = q.String()
+				}
+				ops = append(ops, jsonPatchOp{Op: "add", Path: fmt.Sprintf("/spec/%s/%d/resources/limits", kind, i), Value: limits})
+				continue
+			}
+			for _, name := range missing {
+				q := c.Resources.Requests[name]
+				ops = append(ops, jsonPatchOp{Op: "add", Path: fmt.Sprintf("/spec/%s/%d/resources/limits/%s", kind, i, escapeJSONPointer(string(name))), Value: q.String()})
+			}
+		}
+	}
+	add("containers", pod.Spec.Containers)
+	add("initContainers", pod.Spec.InitContainers)
+	return ops
+}
+
+// isExtendedResource reports a resource outside the kubernetes.io namespace, such as
+// nvidia.com/gpu: these may not be overcommitted, so requests must equal limits.
+func isExtendedResource(name corev1.ResourceName) bool {
+	s := string(name)
+	if !strings.Contains(s, "/") || strings.HasPrefix(s, "requests.") {
+		return false
+	}
+	domain := s[:strings.Index(s, "/")]
+	return domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
+}
+
+func escapeJSONPointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
