@@ -4,10 +4,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
+	"k8s.io/client-go/dynamic"
+
 	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/sandbox"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -18,8 +23,12 @@ func TestMain(m *testing.M) {
 }
 
 // startScheduler runs the scheduler in this process for the whole package, serving
-// gantry-scheduler and kai-scheduler pods as the seed's KubeRay install stamps them.
+// gantry-scheduler and kai-scheduler pods as the seed's KubeRay install stamps them,
+// with its Queue and pod webhooks registered.
 func startScheduler(ctx context.Context, e *testenv.Env) error {
+	if err := startWebhooks(ctx, e); err != nil {
+		return err
+	}
 	ready := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
@@ -35,4 +44,25 @@ func startScheduler(ctx context.Context, e *testenv.Env) error {
 	case err := <-errc:
 		return err
 	}
+}
+
+func startWebhooks(ctx context.Context, e *testenv.Env) error {
+	port, err := testenv.FreePort()
+	if err != nil {
+		return err
+	}
+	certDir := filepath.Join(e.Dir, "webhook")
+	caPEM, err := e.ServingCert(certDir)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(e.Config)
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if err := kube.ServeWebhooks(ctx, addr, certDir, dyn); err != nil {
+		return err
+	}
+	return sandbox.RegisterWebhooks(ctx, e.Client, "https://"+addr, caPEM)
 }

@@ -26,10 +26,16 @@ func seedNode(name string) *corev1.Node {
 	return n
 }
 
+// applySeed applies the seed's manifests as examples/seed holds them: unchanged but
+// for the Queue apiVersion.
 func applySeed(t *testing.T, ns string, files ...string) {
 	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range files {
-		if _, err := testenv.ApplyFile(context.Background(), env.Config, ns, filepath.Join("testdata", f)); err != nil {
+		if _, err := testenv.ApplyFile(context.Background(), env.Config, ns, filepath.Join(root, "examples", "seed", f)); err != nil {
 			t.Fatalf("apply %s: %v", f, err)
 		}
 	}
