@@ -74,8 +74,8 @@ func Run(ctx context.Context, o Options) error {
 	runner := NewRunner(cache, sched, client, recorder, metrics, RunnerOptions{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
 	})
-	status := NewStatusReporter(cache, sched, dyn, metrics)
-	go status.Run(ctx, 5*time.Second)
+	status := NewStatusReporter(cache, sched, dyn, metrics, lookup, runner.Pending)
+	go status.Run(ctx, 2*time.Second)
 	klog.InfoS("Scheduling", "schedulerNames", o.SchedulerNames, "policy", sched.Placer.Policy())
 	if o.Ready != nil {
 		o.Ready()

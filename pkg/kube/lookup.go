@@ -83,3 +83,14 @@ func lookupRemove[T any](c *Cache, m *objectMap[T]) func(*unstructured.Unstructu
 		c.RegroupAll(u.GetNamespace())
 	}
 }
+
+// PodGroups returns every PodGroup seen, keyed "namespace/name".
+func (l *ObjectLookup) PodGroups() map[string]*schedulingv1alpha1.PodGroup {
+	l.podGroups.mu.RLock()
+	defer l.podGroups.mu.RUnlock()
+	out := make(map[string]*schedulingv1alpha1.PodGroup, len(l.podGroups.objs))
+	for k, v := range l.podGroups.objs {
+		out[k] = v
+	}
+	return out
+}

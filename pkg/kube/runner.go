@@ -66,6 +66,7 @@ type Runner struct {
 	mu         sync.Mutex
 	nominated  map[model.PodID]string
 	lastReason map[model.GangID]string
+	pending    map[model.GangID]scheduler.Pending
 }
 
 // NewRunner wires a runner.
@@ -83,6 +84,7 @@ func NewRunner(cache *Cache, sched *scheduler.Scheduler, client kubernetes.Inter
 		opts:       opts,
 		nominated:  map[model.PodID]string{},
 		lastReason: map[model.GangID]string{},
+		pending:    map[model.GangID]scheduler.Pending{},
 	}
 }
 
@@ -204,10 +206,24 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 			r.nominate(ctx, pl, nom.Gang)
 		}
 	}
+	r.mu.Lock()
+	clear(r.pending)
+	for _, pd := range plan.Pending {
+		r.pending[pd.Gang] = pd
+	}
+	r.mu.Unlock()
 	for _, pd := range plan.Pending {
 		r.explainPending(ctx, pd, pendingPods[pd.Gang])
 	}
 	return plan
+}
+
+// Pending returns why a gang was left pending by the last cycle, if it was.
+func (r *Runner) Pending(g model.GangID) (scheduler.Pending, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pd, ok := r.pending[g]
+	return pd, ok
 }
 
 func (r *Runner) nominate(ctx context.Context, pl placement.Placement, g model.GangID) {

@@ -24,11 +24,15 @@ type StatusReporter struct {
 	dyn     dynamic.Interface
 	metrics *Metrics
 	last    map[string]string
+	// lookup lists PodGroups; pending says why the last cycle left a gang pending.
+	lookup  *ObjectLookup
+	pending func(model.GangID) (scheduler.Pending, bool)
 }
 
-// NewStatusReporter returns a reporter.
-func NewStatusReporter(c *Cache, s *scheduler.Scheduler, dyn dynamic.Interface, m *Metrics) *StatusReporter {
-	return &StatusReporter{cache: c, sched: s, dyn: dyn, metrics: m, last: map[string]string{}}
+// NewStatusReporter returns a reporter of Queue status, and of PodGroup status when
+// lookup and pending are given.
+func NewStatusReporter(c *Cache, s *scheduler.Scheduler, dyn dynamic.Interface, m *Metrics, lookup *ObjectLookup, pending func(model.GangID) (scheduler.Pending, bool)) *StatusReporter {
+	return &StatusReporter{cache: c, sched: s, dyn: dyn, metrics: m, last: map[string]string{}, lookup: lookup, pending: pending}
 }
 
 // Run reports every period until ctx ends.
@@ -90,6 +94,7 @@ func (r *StatusReporter) Report(ctx context.Context) {
 		st.Conditions = []metav1.Condition{valid}
 		r.write(ctx, name, st)
 	}
+	r.reportPodGroups(ctx)
 }
 
 func collect(qs *fairshare.QueueShare, m *Metrics, queue string) (alloc, req, fair amounts) {
