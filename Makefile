@@ -17,7 +17,7 @@ K8S_LDFLAGS := -s -w \
 
 TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl \
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
-	$(BIN)/controller-gen
+	$(BIN)/controller-gen $(BIN)/helm
 
 .PHONY: all build test unit integration tools generate lint bench run clean-tools gpu-smoke
 
@@ -63,6 +63,14 @@ $(BIN)/controller-gen: hack/tools/controller-gen/go.mod hack/tools/controller-ge
 	@echo ">> building controller-gen"
 	cd hack/tools/controller-gen && $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
+$(BIN)/helm: hack/tools/helm/go.mod hack/tools/helm/go.sum
+	@echo ">> building helm"
+	cd hack/tools/helm && v=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v3) && \
+	$(GO) build -trimpath -o $@ -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$$v \
+	  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+	  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37" \
+	  helm.sh/helm/v3/cmd/helm
+
 clean-tools:
 	rm -f $(TOOLS)
 
@@ -77,8 +85,8 @@ build:
 test: tools build
 	$(GO) test -count=1 -timeout 45m ./...
 
-## unit: only the tests that need no control plane.
-unit:
+## unit: only the tests that need no control plane (the chart tests need bin/helm).
+unit: $(BIN)/helm
 	$(GO) test -short -count=1 ./...
 
 ## generate: deepcopy code and CRD manifests from pkg/apis.
@@ -86,6 +94,7 @@ generate: $(BIN)/controller-gen
 	$(BIN)/controller-gen object paths=./pkg/apis/...
 	# Queue quotas are float64 as in KAI Scheduler, which controller-gen calls dangerous.
 	$(BIN)/controller-gen crd:allowDangerousTypes=true paths=./pkg/apis/... output:crd:artifacts:config=deploy/crds
+	cp deploy/crds/*.yaml deploy/helm/gantry/crds/
 
 ## lint: gofmt and go vet.
 lint:

@@ -85,7 +85,12 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Ready: a standby replica is ready at once (it serves webhooks and waits for the
+	// Lease); the leader once its informers have synced.
 	var ready atomic.Bool
+	if leaderElect {
+		ready.Store(true)
+	}
 	serve(metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	serveProbes(probeAddr, &ready)
 
@@ -101,6 +106,7 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 		}
 	}
 	lead := func(ctx context.Context) {
+		ready.Store(false)
 		err := kube.Run(ctx, kube.Options{
 			RestConfig: restCfg, SchedulerNames: schedulerNames, Config: cfg, Registry: reg,
 			Ready: func() { ready.Store(true) },
@@ -159,7 +165,7 @@ func serveProbes(addr string, ready *atomic.Bool) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
-			http.Error(w, "informers not synced or not leading", http.StatusServiceUnavailable)
+			http.Error(w, "leading, informers not synced yet", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,15 +31,22 @@ func seedNode(name string) *corev1.Node {
 // for the Queue apiVersion.
 func applySeed(t *testing.T, ns string, files ...string) {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, f := range files {
-		if _, err := testenv.ApplyFile(context.Background(), env.Config, ns, filepath.Join(root, "examples", "seed", f)); err != nil {
-			t.Fatalf("apply %s: %v", f, err)
+		if err := applySeedFile(context.Background(), ns, f); err != nil {
+			t.Fatal(err)
 		}
 	}
+}
+
+func applySeedFile(ctx context.Context, ns, file string) error {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if _, err := testenv.ApplyFile(ctx, env.Config, ns, filepath.Join(root, "examples", "seed", file)); err != nil {
+		return fmt.Errorf("apply %s: %w", file, err)
+	}
+	return nil
 }
 
 func rayPods(ps []corev1.Pod, cluster string) []corev1.Pod {
@@ -109,11 +117,17 @@ func TestSeedScenario(t *testing.T) {
 
 func applyPriorityClasses(t *testing.T) {
 	t.Helper()
+	if err := applyManifest(context.Background(), "priorityclasses.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyManifest applies one of deploy/manifests.
+func applyManifest(ctx context.Context, file string) error {
 	root, err := testenv.RepoRoot()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if _, err := testenv.ApplyFile(context.Background(), env.Config, "", filepath.Join(root, "deploy", "manifests", "priorityclasses.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	_, err = testenv.ApplyFile(ctx, env.Config, "", filepath.Join(root, "deploy", "manifests", file))
+	return err
 }

@@ -1,0 +1,499 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gantry-dev/gantry/pkg/agent"
+	"github.com/gantry-dev/gantry/pkg/apis/scheduling/convert"
+	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/fairshare"
+	"github.com/gantry-dev/gantry/pkg/kube"
+)
+
+func TestHelmLint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string
+	}{
+		{"defaults", nil},
+		{"everything on", []string{"serviceMonitor.enabled=true", "deviceClass.create=false", "nodeAgent.mps=true", "nodeAgent.fakeGPUs=4xH100"}},
+		{"scheduler only", []string{"nodeAgent.enabled=false", "dashboards.enabled=false", "defaultQueue.create=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"lint", "--strict", chartRel}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			if out, err := helm(t, args...); err != nil {
+				t.Fatalf("%v", err)
+			} else if !strings.Contains(out, "0 chart(s) failed") {
+				t.Fatalf("helm lint: %s", out)
+			}
+		})
+	}
+}
+
+// TestChartDefaults checks what `helm install` with no values puts in a cluster.
+func TestChartDefaults(t *testing.T) {
+	objs := render(t)
+
+	var have []string
+	for _, o := range objs {
+		have = append(have, o.GetKind()+"/"+o.GetName())
+	}
+	sort.Strings(have)
+	want := []string{
+		"ClusterRole/gantry-node-agent", "ClusterRole/gantry-scheduler",
+		"ClusterRoleBinding/gantry-node-agent", "ClusterRoleBinding/gantry-scheduler",
+		"ConfigMap/gantry-dashboard-gpus", "ConfigMap/gantry-dashboard-queues", "ConfigMap/gantry-dashboard-scheduler",
+		"ConfigMap/gantry-scheduler",
+		"CustomResourceDefinition/gpunodes.gpu.gantry.dev", "CustomResourceDefinition/podgroups.scheduling.gantry.dev",
+		"CustomResourceDefinition/queues.scheduling.gantry.dev",
+		"DaemonSet/gantry-node-agent", "Deployment/gantry-scheduler", "DeviceClass/gpu.gantry.dev",
+		"MutatingWebhookConfiguration/gantry-scheduler-pods",
+		"PodDisruptionBudget/gantry-scheduler",
+		"PriorityClass/build", "PriorityClass/inference", "PriorityClass/train",
+		"Queue/default", "Role/gantry-scheduler-leader-election", "RoleBinding/gantry-scheduler-leader-election",
+		"Secret/gantry-scheduler-webhook-tls",
+		"Service/gantry-node-agent-metrics", "Service/gantry-scheduler-metrics", "Service/gantry-scheduler-webhook",
+		"ServiceAccount/gantry-node-agent", "ServiceAccount/gantry-scheduler",
+		"ValidatingWebhookConfiguration/gantry-scheduler-queues",
+	}
+	if !slices.Equal(have, want) {
+		t.Errorf("rendered objects:\n have %v\n want %v", have, want)
+	}
+
+	t.Run("scheduler", func(t *testing.T) {
+		var d appsv1.Deployment
+		into(t, find(t, objs, "Deployment", "gantry-scheduler"), &d)
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+			t.Errorf("replicas = %v, want 2", d.Spec.Replicas)
+		}
+		pod := d.Spec.Template.Spec
+		if pod.SchedulerName != "" {
+			t.Errorf("the scheduler's own pods must use the default scheduler, not %q", pod.SchedulerName)
+		}
+		c := pod.Containers[0]
+		for _, arg := range []string{
+			"--scheduler-name=gantry-scheduler", "--scheduler-name=kai-scheduler",
+			"--leader-elect=true", "--leader-elect-namespace=" + releaseNamespace, "--leader-elect-name=gantry-scheduler",
+			"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--config=/etc/gantry/config/config.yaml",
+			"--webhook-bind-address=:9443", "--webhook-cert-dir=/etc/gantry/webhook",
+		} {
+			if !slices.Contains(c.Args, arg) {
+				t.Errorf("scheduler args %v lack %s", c.Args, arg)
+			}
+		}
+		if c.LivenessProbe == nil || c.ReadinessProbe == nil {
+			t.Error("scheduler has no liveness or readiness probe")
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("scheduler resources %v: want CPU and memory requests and a memory limit", c.Resources)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+			t.Errorf("scheduler must run as non-root, read-only, without privilege escalation: %+v %+v", pod.SecurityContext, sc)
+		}
+		checkFlagsDefined(t, c.Args, "cmd/scheduler/main.go")
+	})
+
+	t.Run("node agent", func(t *testing.T) {
+		var ds appsv1.DaemonSet
+		into(t, find(t, objs, "DaemonSet", "gantry-node-agent"), &ds)
+		pod := ds.Spec.Template.Spec
+		if pod.NodeSelector["nvidia.com/gpu.present"] != "true" {
+			t.Errorf("nodeSelector %v, want nvidia.com/gpu.present=true", pod.NodeSelector)
+		}
+		if pod.RuntimeClassName == nil || *pod.RuntimeClassName != "nvidia" {
+			t.Errorf("runtimeClassName %v, want nvidia", pod.RuntimeClassName)
+		}
+		c := pod.Containers[0]
+		mounts := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			mounts[m.Name] = m.MountPath
+		}
+		hostPaths := map[string]bool{}
+		for _, v := range pod.Volumes {
+			if v.HostPath == nil {
+				continue
+			}
+			hostPaths[v.HostPath.Path] = true
+			// The kubelet dials the sockets the plugin registers by their path on the host.
+			if mounts[v.Name] != v.HostPath.Path {
+				t.Errorf("hostPath %s is mounted at %q; mount it at the same path", v.HostPath.Path, mounts[v.Name])
+			}
+		}
+		for _, p := range []string{"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/var/lib/kubelet/pod-resources"} {
+			if !hostPaths[p] {
+				t.Errorf("no hostPath volume for %s (have %v)", p, hostPaths)
+			}
+		}
+		if !slices.Contains(c.Args, "--install-device-class=false") {
+			t.Errorf("the chart installs the DeviceClass, so the agent should not: args %v", c.Args)
+		}
+		var nodeName bool
+		for _, e := range c.Env {
+			nodeName = nodeName || (e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName")
+		}
+		if !nodeName {
+			t.Error("the agent gets no NODE_NAME from spec.nodeName")
+		}
+		if !tolerates(pod.Tolerations, corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}) {
+			t.Errorf("tolerations %v do not tolerate the usual GPU node taint nvidia.com/gpu:NoSchedule", pod.Tolerations)
+		}
+		checkFlagsDefined(t, c.Args, "cmd/node-agent/main.go")
+	})
+
+	t.Run("default queue", func(t *testing.T) {
+		var q schedulingv1alpha1.Queue
+		into(t, find(t, objs, "Queue", "default"), &q)
+		if err := fairshare.Validate(convert.Queues([]schedulingv1alpha1.Queue{q})); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("device class", func(t *testing.T) {
+		var dc resourcev1.DeviceClass
+		into(t, find(t, objs, "DeviceClass", agent.DriverName), &dc)
+		if want := agent.DeviceClass().Spec; !equality.Semantic.DeepEqual(dc.Spec, want) {
+			t.Errorf("chart DeviceClass spec %+v, pkg/agent's %+v", dc.Spec, want)
+		}
+		var manifest resourcev1.DeviceClass
+		readStrict(t, "deploy/manifests/deviceclass.yaml", &manifest)
+		if !equality.Semantic.DeepEqual(dc.Spec, manifest.Spec) {
+			t.Errorf("chart DeviceClass spec %+v, deploy/manifests/deviceclass.yaml %+v", dc.Spec, manifest.Spec)
+		}
+	})
+
+	t.Run("priority classes", func(t *testing.T) {
+		data, err := os.ReadFile(repoPath(t, "deploy/manifests/priorityclasses.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifests, err := decodeObjects(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(manifests) != 3 {
+			t.Fatalf("deploy/manifests/priorityclasses.yaml has %d objects, want 3", len(manifests))
+		}
+		for _, m := range manifests {
+			var want, got schedulingv1.PriorityClass
+			into(t, m, &want)
+			into(t, find(t, objs, "PriorityClass", m.GetName()), &got)
+			if got.Value != want.Value || !equality.Semantic.DeepEqual(got.PreemptionPolicy, want.PreemptionPolicy) ||
+				got.GlobalDefault != want.GlobalDefault || got.Description != want.Description ||
+				got.Labels["gantry.dev/preemptible"] != want.Labels["gantry.dev/preemptible"] ||
+				got.Annotations["gantry.dev/preemptible"] != want.Annotations["gantry.dev/preemptible"] {
+				t.Errorf("PriorityClass %s differs from deploy/manifests/priorityclasses.yaml:\n chart    %d %v %q labels %v annotations %v\n manifest %d %v %q labels %v annotations %v",
+					m.GetName(), got.Value, *got.PreemptionPolicy, got.Description, got.Labels, got.Annotations,
+					want.Value, *want.PreemptionPolicy, want.Description, want.Labels, want.Annotations)
+			}
+		}
+		for name, want := range map[string]struct {
+			value       int32
+			preemptible string
+		}{"train": {50, "true"}, "build": {100, "false"}, "inference": {125, "false"}} {
+			var pc schedulingv1.PriorityClass
+			into(t, find(t, objs, "PriorityClass", name), &pc)
+			if pc.Value != want.value || pc.Labels["gantry.dev/preemptible"] != want.preemptible {
+				t.Errorf("PriorityClass %s: value %d preemptible %q, want %d %q", name, pc.Value, pc.Labels["gantry.dev/preemptible"], want.value, want.preemptible)
+			}
+		}
+	})
+
+	t.Run("dashboards", func(t *testing.T) {
+		for _, name := range []string{"gpus", "queues", "scheduler"} {
+			cm := find(t, objs, "ConfigMap", "gantry-dashboard-"+name)
+			if cm.GetLabels()["grafana_dashboard"] != "1" {
+				t.Errorf("ConfigMap %s lacks the Grafana sidecar label grafana_dashboard=1: %v", cm.GetName(), cm.GetLabels())
+			}
+			data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+			want, err := os.ReadFile(repoPath(t, "deploy/grafana/gantry-"+name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := data["gantry-"+name+".json"]; strings.TrimSpace(got) != strings.TrimSpace(string(want)) {
+				t.Errorf("ConfigMap %s does not hold deploy/grafana/gantry-%s.json", cm.GetName(), name)
+			}
+		}
+	})
+}
+
+func TestChartRBACIsLeastPrivilege(t *testing.T) {
+	for _, createDeviceClass := range []bool{true, false} {
+		objs := render(t, fmt.Sprintf("deviceClass.create=%v", createDeviceClass))
+		// Rules by ServiceAccount, found through the bindings: "" holds the rules of
+		// ClusterRoles, a namespace those of Roles there.
+		rules := map[string]map[string][]rbacv1.PolicyRule{}
+		roleRules := map[string][]rbacv1.PolicyRule{}
+		for _, o := range objs {
+			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+				continue
+			}
+			var r rbacv1.ClusterRole
+			into(t, o, &r)
+			for _, rule := range r.Rules {
+				for _, field := range [][]string{rule.APIGroups, rule.Resources, rule.Verbs} {
+					if slices.Contains(field, "*") {
+						t.Errorf("%s %s grants a wildcard: %+v", o.GetKind(), o.GetName(), rule)
+					}
+				}
+			}
+			roleRules[o.GetKind()+"/"+o.GetName()] = r.Rules
+		}
+		for _, o := range objs {
+			if o.GetKind() != "ClusterRoleBinding" && o.GetKind() != "RoleBinding" {
+				continue
+			}
+			var b rbacv1.RoleBinding
+			into(t, o, &b)
+			for _, s := range b.Subjects {
+				if rules[s.Name] == nil {
+					rules[s.Name] = map[string][]rbacv1.PolicyRule{}
+				}
+				ns := b.Namespace // "" for a ClusterRoleBinding
+				rules[s.Name][ns] = append(rules[s.Name][ns], roleRules[b.RoleRef.Kind+"/"+b.RoleRef.Name]...)
+			}
+		}
+		for _, p := range permissions(!createDeviceClass) {
+			got := allows(rules[p.serviceAccount][""], p) || (p.namespace != "" && allows(rules[p.serviceAccount][p.namespace], p))
+			if got != p.allowed {
+				t.Errorf("deviceClass.create=%v: %s: allowed = %v, want %v", createDeviceClass, p, got, p.allowed)
+			}
+		}
+	}
+}
+
+func TestChartValues(t *testing.T) {
+	t.Run("scheduler config is what the scheduler loads", func(t *testing.T) {
+		objs := render(t, "scheduler.config.policy=bestfit", "scheduler.config.minRuntime=5m", "scheduler.config.evictionQPS=5", "scheduler.config.preemption=false")
+		var cm corev1.ConfigMap
+		into(t, find(t, objs, "ConfigMap", "gantry-scheduler"), &cm)
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := kube.LoadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Policy != "bestfit" || cfg.MinRuntime.String() != "5m0s" || cfg.EvictionQPS != 5 || cfg.PreemptionEnabled() {
+			t.Errorf("loaded %+v from\n%s", cfg, cm.Data["config.yaml"])
+		}
+	})
+
+	t.Run("default config loads", func(t *testing.T) {
+		var cm corev1.ConfigMap
+		into(t, find(t, render(t), "ConfigMap", "gantry-scheduler"), &cm)
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kube.LoadConfig(path); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("scheduler names", func(t *testing.T) {
+		var d appsv1.Deployment
+		into(t, find(t, render(t, "scheduler.schedulerNames={gantry-scheduler}"), "Deployment", "gantry-scheduler"), &d)
+		if slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--scheduler-name=kai-scheduler") {
+			t.Error("kai-scheduler still served after it was removed from scheduler.schedulerNames")
+		}
+	})
+
+	t.Run("replicas without leader election are refused", func(t *testing.T) {
+		_, err := helm(t, "template", "gantry", chartRel, "--set", "scheduler.leaderElection.enabled=false")
+		if err == nil || !strings.Contains(err.Error(), "leaderElection") {
+			t.Errorf("want a failure naming leaderElection, got %v", err)
+		}
+		var d appsv1.Deployment
+		into(t, find(t, render(t, "scheduler.leaderElection.enabled=false", "scheduler.replicas=1"), "Deployment", "gantry-scheduler"), &d)
+		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--leader-elect=false") {
+			t.Errorf("args %v", d.Spec.Template.Spec.Containers[0].Args)
+		}
+	})
+
+	t.Run("agent installs the DeviceClass when the chart does not", func(t *testing.T) {
+		objs := render(t, "deviceClass.create=false")
+		for _, o := range objs {
+			if o.GetKind() == "DeviceClass" {
+				t.Error("DeviceClass rendered with deviceClass.create=false")
+			}
+		}
+		var ds appsv1.DaemonSet
+		into(t, find(t, objs, "DaemonSet", "gantry-node-agent"), &ds)
+		if !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--install-device-class=true") {
+			t.Errorf("args %v", ds.Spec.Template.Spec.Containers[0].Args)
+		}
+	})
+
+	t.Run("service monitors", func(t *testing.T) {
+		objs := render(t, "serviceMonitor.enabled=true", "serviceMonitor.labels.release=kube-prometheus-stack")
+		for _, name := range []string{"gantry-scheduler", "gantry-node-agent"} {
+			sm := find(t, objs, "ServiceMonitor", name)
+			if sm.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Errorf("ServiceMonitor %s labels %v", name, sm.GetLabels())
+			}
+			sel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+			svc := find(t, objs, "Service", name+"-metrics")
+			svcLabels := svc.GetLabels()
+			for k, v := range sel {
+				if svcLabels[k] != v {
+					t.Errorf("ServiceMonitor %s selects %v; Service %s has labels %v", name, sel, svc.GetName(), svcLabels)
+				}
+			}
+		}
+		if objs := render(t); slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceMonitor" }) {
+			t.Error("ServiceMonitors rendered by default; they need the Prometheus Operator's CRDs")
+		}
+	})
+
+	t.Run("sandbox agent", func(t *testing.T) {
+		var ds appsv1.DaemonSet
+		into(t, find(t, render(t, "nodeAgent.fakeGPUs=4xH100", "nodeAgent.runtimeClassName=", "nodeAgent.podResources.enabled=false"), "DaemonSet", "gantry-node-agent"), &ds)
+		pod := ds.Spec.Template.Spec
+		if pod.RuntimeClassName != nil {
+			t.Errorf("runtimeClassName %q, want none", *pod.RuntimeClassName)
+		}
+		args := pod.Containers[0].Args
+		if !slices.Contains(args, "--fake-gpus=4xH100") || !slices.Contains(args, "--pod-resources-socket=") {
+			t.Errorf("args %v", args)
+		}
+	})
+}
+
+// TestChartCopiesMatchSources keeps the chart's copies of the CRDs and dashboards equal
+// to their sources: deploy/crds (generated by `make generate`) and deploy/grafana. Helm
+// reads only files inside the chart, so the chart holds copies; run
+// `go test ./test/deploy -run TestChartCopiesMatchSources -update` to refresh them.
+func TestChartCopiesMatchSources(t *testing.T) {
+	for _, c := range []struct{ source, copy, pattern string }{
+		{"deploy/crds", chartRel + "/crds", "*.yaml"},
+		{"deploy/grafana", chartRel + "/dashboards", "*.json"},
+	} {
+		src, _ := filepath.Glob(filepath.Join(repoPath(t, c.source), c.pattern))
+		dst, _ := filepath.Glob(filepath.Join(repoPath(t, c.copy), c.pattern))
+		if len(src) == 0 {
+			t.Fatalf("no %s in %s", c.pattern, c.source)
+		}
+		if *update {
+			for _, f := range dst {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, f := range src {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(repoPath(t, c.copy), filepath.Base(f)), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			continue
+		}
+		names := func(files []string) []string {
+			var out []string
+			for _, f := range files {
+				out = append(out, filepath.Base(f))
+			}
+			return out
+		}
+		if !slices.Equal(names(src), names(dst)) {
+			t.Errorf("%s holds %v but %s holds %v; run: go test ./test/deploy -run TestChartCopiesMatchSources -update",
+				c.copy, names(dst), c.source, names(src))
+			continue
+		}
+		for i := range src {
+			a, _ := os.ReadFile(src[i])
+			b, _ := os.ReadFile(dst[i])
+			if !bytes.Equal(a, b) {
+				t.Errorf("%s/%s differs from %s/%s; run: go test ./test/deploy -run TestChartCopiesMatchSources -update",
+					c.copy, filepath.Base(dst[i]), c.source, filepath.Base(src[i]))
+			}
+		}
+	}
+}
+
+// flagDef finds flag definitions such as flag.String("kubeconfig", … or
+// fs.StringVar(&o.nodeName, "node-name", … in a main package.
+var flagDef = regexp.MustCompile(`\.(?:String|Bool|Int|Int64|Uint|Float64|Duration|Var|Func)(?:Var)?\(\s*(?:&[\w.]+,\s*)?"([a-z0-9-]+)"`)
+
+// klogFlags are registered by klog.InitFlags in both mains.
+var klogFlags = []string{"v", "vmodule", "logtostderr", "alsologtostderr", "stderrthreshold", "log_dir", "log_file", "add_dir_header", "skip_headers", "one_output", "skip_log_headers", "log_file_max_size", "log_backtrace_at"}
+
+// checkFlagsDefined fails when the chart passes a flag the binary does not define: the
+// binary would refuse to start.
+func checkFlagsDefined(t *testing.T, args []string, mainFile string) {
+	t.Helper()
+	src, err := os.ReadFile(repoPath(t, mainFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	for _, m := range flagDef.FindAllStringSubmatch(string(src), -1) {
+		defined[m[1]] = true
+	}
+	for _, f := range klogFlags {
+		defined[f] = true
+	}
+	for _, a := range args {
+		name := strings.TrimLeft(a, "-")
+		name, _, _ = strings.Cut(name, "=")
+		if !defined[name] {
+			t.Errorf("the chart passes %s, which %s does not define (it defines %v)", a, mainFile, sortedKeys(defined))
+		}
+	}
+}
+
+func tolerates(tols []corev1.Toleration, taint corev1.Taint) bool {
+	for _, tol := range tols {
+		if tol.ToleratesTaint(klog.Background(), &taint, false) {
+			return true
+		}
+	}
+	return false
+}
+
+func readStrict(t testing.TB, rel string, into any) {
+	t.Helper()
+	b, err := os.ReadFile(repoPath(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		t.Fatalf("%s: %v", rel, err)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

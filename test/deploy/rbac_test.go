@@ -1,0 +1,128 @@
+package deploy
+
+import (
+	"fmt"
+	"slices"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// permission is one thing a component's ServiceAccount may or may not do. The same
+// table is checked against the rendered roles (TestChartRBACIsLeastPrivilege) and
+// against a real API server's authorizer (TestChartInstall).
+type permission struct {
+	serviceAccount string
+	verb           string
+	group          string
+	resource       string
+	subresource    string
+	namespace      string // "" for cluster-wide
+	allowed        bool
+}
+
+func (p permission) String() string {
+	r := p.resource
+	if p.subresource != "" {
+		r += "/" + p.subresource
+	}
+	if p.group != "" {
+		r += "." + p.group
+	}
+	where := "cluster-wide"
+	if p.namespace != "" {
+		where = "in " + p.namespace
+	}
+	return fmt.Sprintf("%s %s %s %s", p.serviceAccount, p.verb, r, where)
+}
+
+const (
+	schedulerSA = "gantry-scheduler"
+	agentSA     = "gantry-node-agent"
+)
+
+// permissions is what each component needs (pkg/kube, pkg/agent and the DRA kubelet
+// plugin helper they use), and a few things it must not be able to do.
+// agentInstallsDeviceClass is true when the chart leaves the DeviceClass to the agent.
+func permissions(agentInstallsDeviceClass bool) []permission {
+	var ps []permission
+	grant := func(sa string, verbs []string, group, resource, sub string) {
+		for _, v := range verbs {
+			ps = append(ps, permission{serviceAccount: sa, verb: v, group: group, resource: resource, subresource: sub, allowed: true})
+		}
+	}
+	deny := func(sa, verb, group, resource, sub, ns string) {
+		ps = append(ps, permission{serviceAccount: sa, verb: verb, group: group, resource: resource, subresource: sub, namespace: ns})
+	}
+	read := []string{"get", "list", "watch"}
+
+	s := schedulerSA
+	grant(s, read, "", "pods", "")
+	grant(s, []string{"delete"}, "", "pods", "")
+	grant(s, []string{"patch"}, "", "pods", "status")
+	grant(s, []string{"create"}, "", "pods", "binding")
+	grant(s, []string{"create"}, "", "pods", "eviction")
+	grant(s, read, "", "nodes", "")
+	grant(s, []string{"create", "patch"}, "", "events", "")
+	grant(s, []string{"list", "watch"}, "scheduling.k8s.io", "priorityclasses", "")
+	for _, r := range []string{"resourceslices", "resourceclaims", "deviceclasses"} {
+		grant(s, read, "resource.k8s.io", r, "")
+	}
+	grant(s, []string{"update", "patch"}, "resource.k8s.io", "resourceclaims", "status")
+	for _, r := range []string{"queues", "podgroups"} {
+		grant(s, read, "scheduling.gantry.dev", r, "")
+		grant(s, []string{"patch", "update"}, "scheduling.gantry.dev", r, "status")
+	}
+	grant(s, read, "gpu.gantry.dev", "gpunodes", "")
+	for _, r := range []string{"rayclusters", "rayjobs", "rayservices"} {
+		grant(s, read, "ray.io", r, "")
+	}
+	for _, v := range []string{"get", "create", "update"} {
+		ps = append(ps, permission{serviceAccount: s, verb: v, group: "coordination.k8s.io", resource: "leases", namespace: releaseNamespace, allowed: true})
+	}
+	deny(s, "update", "coordination.k8s.io", "leases", "", "kube-system")
+	deny(s, "get", "", "secrets", "", "default")
+	deny(s, "create", "", "pods", "", "default")
+	deny(s, "patch", "", "pods", "", "default")
+	deny(s, "update", "", "nodes", "", "")
+	deny(s, "update", "scheduling.gantry.dev", "queues", "", "")
+	deny(s, "update", "resource.k8s.io", "resourceslices", "", "")
+	deny(s, "update", "ray.io", "rayclusters", "", "default")
+
+	a := agentSA
+	grant(a, []string{"list", "watch", "create", "update", "delete"}, "resource.k8s.io", "resourceslices", "")
+	grant(a, []string{"get"}, "resource.k8s.io", "resourceclaims", "")
+	grant(a, []string{"get"}, "", "nodes", "")
+	grant(a, []string{"get", "create", "update", "patch"}, "gpu.gantry.dev", "gpunodes", "")
+	grant(a, []string{"get", "update", "patch"}, "gpu.gantry.dev", "gpunodes", "status")
+	if agentInstallsDeviceClass {
+		grant(a, []string{"get", "create"}, "resource.k8s.io", "deviceclasses", "")
+	} else {
+		deny(a, "create", "resource.k8s.io", "deviceclasses", "", "")
+	}
+	deny(a, "list", "", "pods", "", "")
+	deny(a, "get", "", "secrets", "", "default")
+	deny(a, "list", "", "nodes", "", "")
+	deny(a, "update", "", "nodes", "", "")
+	deny(a, "update", "resource.k8s.io", "resourceclaims", "status", "default")
+	deny(a, "delete", "gpu.gantry.dev", "gpunodes", "", "")
+	deny(a, "update", "coordination.k8s.io", "leases", "", releaseNamespace)
+	return ps
+}
+
+// allows evaluates RBAC rules without wildcards or resourceNames, which the chart
+// does not use.
+func allows(rules []rbacv1.PolicyRule, p permission) bool {
+	resource := p.resource
+	if p.subresource != "" {
+		resource += "/" + p.subresource
+	}
+	for _, r := range rules {
+		if len(r.ResourceNames) > 0 {
+			continue
+		}
+		if slices.Contains(r.APIGroups, p.group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, p.verb) {
+			return true
+		}
+	}
+	return false
+}
