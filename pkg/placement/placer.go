@@ -1,0 +1,412 @@
+package placement
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// DefaultPolicy is the policy New("") returns.
+const DefaultPolicy = "fgd"
+
+// Policies lists the policy names New accepts, the default first.
+func Policies() []string {
+	names := make([]string, 0, len(policies))
+	for _, p := range policies {
+		names = append(names, p.name)
+	}
+	return names
+}
+
+var policies = []struct {
+	name string
+	make func() policy
+}{
+	{DefaultPolicy, func() policy { return &fgdPolicy{} }},
+	{"fgd-classic", func() policy { return &fgdPolicy{classic: true} }},
+	{"bestfit", func() policy { return bestFitPolicy{} }},
+	{"spread", func() policy { return spreadPolicy{} }},
+}
+
+// policy ranks the nodes that can take a pod.
+type policy interface {
+	// compile prepares the workload mix the policy scores against.
+	compile(shapes []Shape) workload
+	// rank scores node n, which can take the pod (lower is better), and says which
+	// GPU a single share would take there (-1 when bindGPUs decides).
+	rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (rank, int)
+	// randomTies reports whether equal ranks are broken at random, as kube-scheduler
+	// breaks ties, rather than by node order.
+	randomTies() bool
+}
+
+// rank orders candidate nodes: lower is better, compared element by element.
+type rank [3]float64
+
+func (r rank) less(o rank) bool {
+	for i := range r {
+		if r[i] != o[i] {
+			return r[i] < o[i]
+		}
+	}
+	return false
+}
+
+// Placer chooses nodes and GPUs for pods under one scoring policy. It caches what
+// it computed about each node, keyed by the node's pointer (a View never changes a
+// node in place), so placing many pods rescoring only the nodes that changed is
+// cheap. A Placer is not safe for concurrent use; use one per goroutine.
+type Placer struct {
+	policyName string
+	policy     policy
+	workload   workload
+	// generation changes with the workload; cached scores of another generation
+	// are stale.
+	generation uint64
+	cache      []nodeCache
+	rng        *rand.Rand
+
+	// scratch buffers, reused across nodes
+	slots []gpuSlot
+	wfit  []float64
+}
+
+// nodeCache is what a Placer knows about one node in one state.
+type nodeCache struct {
+	node       *model.Node
+	generation uint64
+	// frag is the node's expected fragmentation as it is, when fragValid.
+	fragValid bool
+	frag      float64
+	// The verdict for the last pod shape checked here: consecutive pods of one shape
+	// (replicas, gang members) are scored once per node state.
+	memoValid  bool
+	memoKey    shapeKey
+	memoMisfit misfit
+	memoRank   rank
+	memoGPU    int
+}
+
+// New returns a Placer for the named policy: "fgd" (the default, also for ""),
+// fragmentation-aware; "fgd-classic", FGD as published (ATC '23), kept as a
+// yardstick; "bestfit", the node left with the least free GPU; "spread", the least
+// allocated node.
+func New(policyName string) (*Placer, error) {
+	if policyName == "" {
+		policyName = DefaultPolicy
+	}
+	for _, p := range policies {
+		if p.name == policyName {
+			pl := &Placer{policyName: policyName, policy: p.make(), rng: rand.New(rand.NewPCG(1, 1))}
+			pl.SetWorkload(DefaultWorkload())
+			return pl, nil
+		}
+	}
+	return nil, fmt.Errorf("unknown placement policy %q: valid policies are %s", policyName, strings.Join(Policies(), ", "))
+}
+
+// Policy returns the policy's name.
+func (p *Placer) Policy() string { return p.policyName }
+
+// SetWorkload sets the observed mix of pod shapes that fragmentation is measured
+// against. An empty mix restores DefaultWorkload.
+func (p *Placer) SetWorkload(shapes []Shape) {
+	if len(shapes) == 0 {
+		shapes = DefaultWorkload()
+	}
+	p.workload = p.policy.compile(shapes)
+	p.generation++
+}
+
+// SetSeed seeds the randomness of policies that break ties at random
+// (fgd-classic); the others are deterministic.
+func (p *Placer) SetSeed(seed uint64) { p.rng = rand.New(rand.NewPCG(seed, seed)) }
+
+// podQuery is a pod prepared for placement.
+type podQuery struct {
+	terms    *podTerms
+	key      shapeKey
+	demand   model.GPUDemand
+	requests model.Resources
+}
+
+func newPodQuery(pod *model.Pod) *podQuery {
+	t := newPodTerms(pod)
+	return &podQuery{terms: t, key: keyOfShape(t.requests, pod.GPU), demand: pod.GPU, requests: t.requests}
+}
+
+func (p *Placer) cacheFor(i int, n *model.Node) *nodeCache {
+	if i >= len(p.cache) {
+		p.cache = append(p.cache, make([]nodeCache, i+1-len(p.cache))...)
+	}
+	c := &p.cache[i]
+	if c.node != n || c.generation != p.generation {
+		*c = nodeCache{node: n, generation: p.generation}
+	}
+	return c
+}
+
+// PlacePod chooses a node and GPUs for pod in v. It does not assign: the caller
+// calls v.Assign with the result.
+func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
+	q := newPodQuery(pod)
+	best, bestGPU, ties := -1, -1, 0
+	var bestRank rank
+	random := p.policy.randomTies()
+	for i, n := range v.nodes {
+		c := p.cacheFor(i, n)
+		if (n.Unschedulable || q.terms.affinity != nil || len(n.Taints) > 0) && q.terms.staticMisfit(n) != fits {
+			continue
+		}
+		if !c.memoValid || c.memoKey != q.key {
+			c.memoValid, c.memoKey = true, q.key
+			c.memoMisfit = q.terms.resourceMisfit(n)
+			if c.memoMisfit == fits {
+				c.memoRank, c.memoGPU = p.policy.rank(p, c, n, q)
+			}
+		}
+		if c.memoMisfit != fits {
+			continue
+		}
+		switch {
+		case best < 0 || c.memoRank.less(bestRank):
+			best, bestRank, bestGPU, ties = i, c.memoRank, c.memoGPU, 1
+		case random && c.memoRank == bestRank:
+			// Reservoir sampling: each of the k equal nodes wins with probability 1/k.
+			ties++
+			if p.rng.IntN(ties) == 0 {
+				best, bestGPU = i, c.memoGPU
+			}
+		}
+	}
+	if best < 0 {
+		return Placement{}, p.unschedulable(v, q)
+	}
+	n := v.nodes[best]
+	return Placement{Pod: pod.ID, Node: n.Name, GPUs: bindGPUs(n, pod.GPU, bestGPU)}, nil
+}
+
+func (p *Placer) unschedulable(v *View, q *podQuery) *Unschedulable {
+	reasons := map[string]int{}
+	for _, n := range v.nodes {
+		if m := q.terms.check(n); m != fits {
+			reasons[q.terms.reason(n, m)]++
+		}
+	}
+	what := "a pod with " + DescribeDemand(q.terms.pod)
+	if len(v.nodes) == 0 {
+		return &Unschedulable{Message: "no node fits " + what + ": the cluster has no nodes", Reasons: reasons}
+	}
+	return &Unschedulable{
+		Message: fmt.Sprintf("no node fits %s: of %d nodes, %s", what, len(v.nodes), reasonSummary(reasons)),
+		Reasons: reasons,
+	}
+}
+
+// PlaceGang places all of pods or none. The pods are tried largest first on a fork
+// of v; if that fails, once more packing nodes as tightly as possible (best fit),
+// which finds room a fragmentation-minded order can miss. On success the
+// placements (in the order of pods) are assigned in v.
+func (p *Placer) PlaceGang(v *View, pods []*model.Pod) ([]Placement, *Unschedulable) {
+	if len(pods) == 0 {
+		return nil, nil
+	}
+	order := make([]int, len(pods))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return compareDemand(pods[b], pods[a]) })
+
+	attempts := []*Placer{p}
+	if p.policyName != "bestfit" {
+		packer, _ := New("bestfit")
+		attempts = append(attempts, packer)
+	}
+	var last gangAttempt
+	for _, placer := range attempts {
+		last = placer.tryGang(v, pods, order)
+		if last.failed == nil {
+			last.fork.Commit()
+			return last.placements, nil
+		}
+	}
+	return nil, gangUnschedulable(pods, last)
+}
+
+// gangAttempt is one try at placing a gang on a fork.
+type gangAttempt struct {
+	fork       *View
+	placements []Placement
+	placed     int
+	nodes      []string
+	// failed is the first member that did not fit, and why.
+	failed *Unschedulable
+}
+
+// tryGang places members in order; after a failure it goes on with the rest, so
+// that the message can say how many members fit at most.
+func (p *Placer) tryGang(v *View, pods []*model.Pod, order []int) gangAttempt {
+	a := gangAttempt{fork: v.Fork(), placements: make([]Placement, len(pods))}
+	seen := map[string]bool{}
+	for _, i := range order {
+		pl, u := p.PlacePod(a.fork, pods[i])
+		if u != nil {
+			if a.failed == nil {
+				a.failed = u
+			}
+			continue
+		}
+		a.fork.Assign(pods[i], pl)
+		a.placements[i] = pl
+		a.placed++
+		if !seen[pl.Node] {
+			seen[pl.Node] = true
+			a.nodes = append(a.nodes, pl.Node)
+		}
+	}
+	return a
+}
+
+// gangUnschedulable says "needs 3 pods with 1 H100 each, at most 2 fit (node-a,
+// node-b); the others: 10 insufficient free GPUs".
+func gangUnschedulable(pods []*model.Pod, a gangAttempt) *Unschedulable {
+	var need string
+	kinds := map[string]int{}
+	var order []string
+	for _, pod := range pods {
+		d := DescribeDemand(pod)
+		if kinds[d] == 0 {
+			order = append(order, d)
+		}
+		kinds[d]++
+	}
+	podsWord := func(n int) string {
+		if n == 1 {
+			return "1 pod"
+		}
+		return fmt.Sprintf("%d pods", n)
+	}
+	if len(order) == 1 {
+		need = fmt.Sprintf("needs %s with %s", podsWord(len(pods)), order[0])
+		if len(pods) > 1 {
+			need += " each"
+		}
+	} else {
+		parts := make([]string, len(order))
+		for i, d := range order {
+			parts[i] = fmt.Sprintf("%d with %s", kinds[d], d)
+		}
+		need = fmt.Sprintf("needs %s (%s)", podsWord(len(pods)), strings.Join(parts, ", "))
+	}
+	var fit string
+	switch {
+	case a.placed == 0:
+		fit = "none fits"
+	case a.placed == 1:
+		fit = fmt.Sprintf("at most 1 fits (%s)", strings.Join(a.nodes, ", "))
+	default:
+		fit = fmt.Sprintf("at most %d fit (%s)", a.placed, strings.Join(a.nodes, ", "))
+	}
+	msg := need + ", " + fit
+	if a.failed != nil && len(a.failed.Reasons) > 0 {
+		msg += "; for the others: " + reasonSummary(a.failed.Reasons)
+	}
+	var reasons map[string]int
+	if a.failed != nil {
+		reasons = a.failed.Reasons
+	}
+	return &Unschedulable{Message: msg, Reasons: reasons}
+}
+
+// compareDemand orders pods by how hard they are to place: GPUs first (count, then
+// whole before share, then share size), then CPU and memory.
+func compareDemand(a, b *model.Pod) int {
+	if c := cmp.Compare(a.GPU.Count, b.GPU.Count); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(demandMilli(a.GPU), demandMilli(b.GPU)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Requests.MilliCPU, b.Requests.MilliCPU); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Requests.MemoryBytes, b.Requests.MemoryBytes)
+}
+
+// demandMilli sizes one GPU's worth of a demand for ordering: a whole GPU is 1000,
+// a memory share is ranked by bytes above any fraction (both are below whole).
+func demandMilli(d model.GPUDemand) int64 {
+	switch {
+	case d.Whole():
+		return 1 << 62
+	case d.MemoryBytes > 0:
+		return d.MemoryBytes
+	default:
+		return d.FractionMilli
+	}
+}
+
+// wholeGPUs returns the positions of the GPUs a whole-GPU demand takes on n: the
+// first usable ones in index order.
+func wholeGPUs(n *model.Node, d model.GPUDemand, buf []int) []int {
+	buf = buf[:0]
+	for i := range n.GPUs {
+		if len(buf) == d.Count {
+			break
+		}
+		if d.AcceptsModel(n.GPUs[i].Model) && gpuFit(&n.GPUs[i], d) == gpuUsable {
+			buf = append(buf, i)
+		}
+	}
+	return buf
+}
+
+// sharedGPUs returns the positions of the GPUs a share demand of several GPUs
+// takes on n: the tightest fits first (best fit), so large free GPUs stay whole.
+func sharedGPUs(n *model.Node, d model.GPUDemand) []int {
+	var usable []int
+	for i := range n.GPUs {
+		if d.AcceptsModel(n.GPUs[i].Model) && gpuFit(&n.GPUs[i], d) == gpuUsable {
+			usable = append(usable, i)
+		}
+	}
+	sort.SliceStable(usable, func(x, y int) bool {
+		gx, gy := &n.GPUs[usable[x]], &n.GPUs[usable[y]]
+		return gx.FreeBytes()-d.BytesOn(gx) < gy.FreeBytes()-d.BytesOn(gy)
+	})
+	if len(usable) > d.Count {
+		usable = usable[:d.Count]
+	}
+	return usable
+}
+
+// bindGPUs turns a chosen node (and, for a single share, the chosen GPU position)
+// into GPU bindings.
+func bindGPUs(n *model.Node, d model.GPUDemand, sharePos int) []model.GPUBinding {
+	switch {
+	case d.Count == 0:
+		return nil
+	case d.Whole():
+		var bindings []model.GPUBinding
+		for _, i := range wholeGPUs(n, d, nil) {
+			g := &n.GPUs[i]
+			bindings = append(bindings, model.GPUBinding{Index: g.Index, MemoryBytes: g.MemoryBytes, Whole: true})
+		}
+		return bindings
+	case sharePos >= 0 && d.Count == 1:
+		g := &n.GPUs[sharePos]
+		return []model.GPUBinding{{Index: g.Index, MemoryBytes: d.BytesOn(g)}}
+	default:
+		var bindings []model.GPUBinding
+		for _, i := range sharedGPUs(n, d) {
+			g := &n.GPUs[i]
+			bindings = append(bindings, model.GPUBinding{Index: g.Index, MemoryBytes: d.BytesOn(g)})
+		}
+		return bindings
+	}
+}

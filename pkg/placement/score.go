@@ -1,0 +1,251 @@
+package placement
+
+import (
+	"cmp"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// fgdPolicy places a pod where the node's expected fragmentation grows least
+// (Weng et al., "Beware of Fragmentation", USENIX ATC '23). classic reproduces the
+// published scorer: scores squashed through a sigmoid into kube-scheduler's integer
+// 0..100 range, ties broken at random, the mix cut to the shapes that make up 95% of
+// pods, CPU-only shapes and CPU (not memory) fit as in the authors' simulator.
+type fgdPolicy struct {
+	classic bool
+}
+
+func (f *fgdPolicy) randomTies() bool { return f.classic && os.Getenv("DBG_DETERMINISTIC") == "" }
+
+var dbgEps, _ = strconv.ParseFloat(os.Getenv("FGD_EPS"), 64)
+var dbgTie = os.Getenv("FGD_TIE")
+
+func (f *fgdPolicy) secondary(r rank, n *model.Node, q *podQuery, slots []gpuSlot) rank {
+	switch dbgTie {
+	case "gpufree":
+		r[1] = freeGPUMilli(slots)
+	case "cpufree":
+		r[1] = cpuLeftFraction(n, q)
+	case "gpucpu":
+		r[1] = freeGPUMilli(slots)
+		r[2] = cpuLeftFraction(n, q)
+	case "cpugpu":
+		r[1] = cpuLeftFraction(n, q)
+		r[2] = freeGPUMilli(slots)
+	}
+	return r
+}
+
+func (f *fgdPolicy) compile(shapes []Shape) workload {
+	if !f.classic {
+		return compileWorkload(shapes, false)
+	}
+	return compileWorkload(typicalShapes(shapes), true)
+}
+
+// typicalShapes is the published FGD's mix: shapes keyed by CPU and GPU demand
+// only, the most frequent ones that together make up 95% of the pods.
+func typicalShapes(shapes []Shape) []Shape {
+	index := map[shapeKey]int{}
+	var merged []Shape
+	var total float64
+	for _, s := range shapes {
+		s.Requests = model.Resources{MilliCPU: s.Requests.MilliCPU}
+		k := keyOfShape(s.Requests, s.GPU)
+		total += s.Weight
+		if i, ok := index[k]; ok {
+			merged[i].Weight += s.Weight
+			continue
+		}
+		index[k] = len(merged)
+		merged = append(merged, s)
+	}
+	slices.SortStableFunc(merged, func(a, b Shape) int { return cmp.Compare(b.Weight, a.Weight) })
+	var cum float64
+	for i, s := range merged {
+		cum += s.Weight
+		if cum >= 0.95*total {
+			return merged[:i+1]
+		}
+	}
+	return merged
+}
+
+// fragOf returns the cached expected fragmentation of n as it is.
+func (p *Placer) fragOf(c *nodeCache, n *model.Node) float64 {
+	if !c.fragValid {
+		free := n.Free()
+		p.wfit = p.workload.fitWeights(free.MilliCPU, free.MemoryBytes, p.wfit)
+		p.slots = loadSlots(n, p.slots)
+		c.frag = p.workload.fragmentation(p.slots, n.GPUsByCountOnly, p.wfit, free.MilliCPU, free.MemoryBytes)
+		c.fragValid = true
+	}
+	return c.frag
+}
+
+func (f *fgdPolicy) rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (rank, int) {
+	before := p.fragOf(c, n)
+	free := n.Free()
+	p.wfit = p.workload.fitWeights(free.MilliCPU-q.requests.MilliCPU, free.MemoryBytes-q.requests.MemoryBytes, p.wfit)
+	slots := loadSlots(n, p.slots)
+	p.slots = slots
+	d := q.demand
+	fragAfter := func() float64 {
+		return p.workload.fragmentation(slots, n.GPUsByCountOnly, p.wfit, free.MilliCPU-q.requests.MilliCPU, free.MemoryBytes-q.requests.MemoryBytes)
+	}
+
+	switch {
+	case d.Count == 0:
+		return f.secondary(f.score(before, fragAfter()), n, q, slots), -1
+	case d.Whole():
+		var buf [8]int
+		for _, i := range wholeGPUs(n, d, buf[:0]) {
+			slots[i].free, slots[i].idle = 0, false
+		}
+		return f.secondary(f.score(before, fragAfter()), n, q, slots), -1
+	case d.Count > 1:
+		for _, i := range sharedGPUs(n, d) {
+			slots[i].free -= d.BytesOn(&n.GPUs[i])
+			slots[i].idle = false
+		}
+		return f.secondary(f.score(before, fragAfter()), n, q, slots), -1
+	}
+
+	// A single share: try each GPU it fits on; GPUs in the same state score the same,
+	// so each state is scored once.
+	best, bestGPU := rank{}, -1
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		if !d.AcceptsModel(g.Model) || gpuFit(g, d) != gpuUsable || sameSlotEarlier(slots, i) {
+			continue
+		}
+		saved := slots[i]
+		slots[i].free -= d.BytesOn(g)
+		slots[i].idle = false
+		r := f.secondary(f.score(before, fragAfter()), n, q, slots)
+		slots[i] = saved
+		if bestGPU < 0 || r.less(best) {
+			best, bestGPU = r, i
+		}
+	}
+	return best, bestGPU
+}
+
+// score ranks a move from fragmentation before to after.
+func (f *fgdPolicy) score(before, after float64) rank {
+	if f.classic {
+		// kube-scheduler scores are integers in 0..100, higher is better.
+		s := math.Trunc(100 / (1 + math.Exp(-(before-after)/1000)))
+		return rank{-s}
+	}
+	d := after - before
+	if dbgEps > 0 {
+		d = math.Round(d / dbgEps)
+	}
+	return rank{d}
+}
+
+// sameSlotEarlier reports whether a GPU before position i is in the same state as
+// GPU i, so scoring i again would only repeat a result.
+func sameSlotEarlier(slots []gpuSlot, i int) bool {
+	for j := 0; j < i; j++ {
+		if slots[j] == slots[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// freeGPUMilli is the free GPU capacity of a node in thousandths of a GPU.
+func freeGPUMilli(slots []gpuSlot) float64 {
+	var total float64
+	for i := range slots {
+		total += slots[i].milli()
+	}
+	return total
+}
+
+// placedMilli is how much GPU capacity the demand takes on g, in thousandths.
+func placedMilli(d model.GPUDemand, g *model.GPU) float64 {
+	if d.Whole() || g.MemoryBytes <= 0 {
+		return model.MilliPerGPU
+	}
+	return float64(d.BytesOn(g)) * model.MilliPerGPU / float64(g.MemoryBytes)
+}
+
+// bestFitPolicy packs: the node left with the least free GPU capacity, then the GPU
+// left with the least free memory, then the least free CPU.
+type bestFitPolicy struct{}
+
+func (bestFitPolicy) compile([]Shape) workload { return workload{} }
+func (bestFitPolicy) randomTies() bool         { return false }
+
+func (bestFitPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (rank, int) {
+	gpuLeft, gpu, gpuSlack := gpuAfter(p, n, q, func(slack, best float64) bool { return slack < best })
+	return rank{gpuLeft, gpuSlack, cpuLeftFraction(n, q)}, gpu
+}
+
+// spreadPolicy balances: the least allocated node (GPU, CPU and memory together),
+// then the GPU with the most free memory.
+type spreadPolicy struct{}
+
+func (spreadPolicy) compile([]Shape) workload { return workload{} }
+func (spreadPolicy) randomTies() bool         { return false }
+
+func (spreadPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (rank, int) {
+	gpuLeft, gpu, gpuSlack := gpuAfter(p, n, q, func(slack, best float64) bool { return slack > best })
+	var gpuCapacity float64 = float64(len(n.GPUs)) * model.MilliPerGPU
+	gpuFraction := 1.0
+	if gpuCapacity > 0 {
+		gpuFraction = gpuLeft / gpuCapacity
+	}
+	free := n.Free()
+	memFraction := 1.0
+	if n.Allocatable.MemoryBytes > 0 {
+		memFraction = float64(free.MemoryBytes-q.requests.MemoryBytes) / float64(n.Allocatable.MemoryBytes)
+	}
+	return rank{-(gpuFraction + cpuLeftFraction(n, q) + memFraction), -gpuSlack}, gpu
+}
+
+// gpuAfter returns the node's free GPU capacity after placing the pod and, for a
+// single share, the GPU that better(slack, best) prefers and its free capacity
+// after (slack), both in thousandths of a GPU.
+func gpuAfter(p *Placer, n *model.Node, q *podQuery, better func(slack, best float64) bool) (left float64, gpu int, slack float64) {
+	p.slots = loadSlots(n, p.slots)
+	left = freeGPUMilli(p.slots)
+	d := q.demand
+	switch {
+	case d.Count == 0:
+		return left, -1, 0
+	case d.Whole():
+		return left - float64(d.Count)*model.MilliPerGPU, -1, 0
+	case d.Count > 1:
+		for _, i := range sharedGPUs(n, d) {
+			left -= placedMilli(d, &n.GPUs[i])
+		}
+		return left, -1, 0
+	}
+	gpu = -1
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		if !d.AcceptsModel(g.Model) || gpuFit(g, d) != gpuUsable {
+			continue
+		}
+		s := p.slots[i].milli() - placedMilli(d, g)
+		if gpu < 0 || better(s, slack) {
+			gpu, slack = i, s
+		}
+	}
+	return left - placedMilli(d, &n.GPUs[gpu]), gpu, slack
+}
+
+func cpuLeftFraction(n *model.Node, q *podQuery) float64 {
+	if n.Allocatable.MilliCPU <= 0 {
+		return 0
+	}
+	return float64(n.Free().MilliCPU-q.requests.MilliCPU) / float64(n.Allocatable.MilliCPU)
+}

@@ -1,0 +1,183 @@
+package placement
+
+import (
+	"fmt"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// View is a copy-on-write overlay of a snapshot's nodes. Writes never change a
+// node in place: each Assign or Release replaces the node with a changed copy, so a
+// transaction can be thrown away by dropping its View, a *model.Node a caller holds
+// never changes under it, and a Placer can cache what it computed about a node by its
+// pointer. Fork and Commit nest transactions (a gang, a preemption simulation).
+//
+// A View sees the nodes the snapshot had when NewView was called. It is not safe for
+// concurrent use; while a fork is open, write only through the fork.
+type View struct {
+	snapshot *model.Snapshot
+	parent   *View
+	// nodes is the current state, in the snapshot's node order.
+	nodes []*model.Node
+	// touched lists, in first-write order, the nodes written since this view was
+	// made or last committed; Commit hands exactly these to the parent.
+	touched    []int
+	touchedSet map[int]struct{}
+}
+
+// NewView returns a root view of s. Committing it writes the changed nodes into s.
+func NewView(s *model.Snapshot) *View {
+	return &View{
+		snapshot:   s,
+		nodes:      append([]*model.Node(nil), s.Nodes...),
+		touchedSet: map[int]struct{}{},
+	}
+}
+
+// Fork returns a child transaction: it starts as v's current state, and its writes
+// reach v only on Commit.
+func (v *View) Fork() *View {
+	return &View{
+		snapshot:   v.snapshot,
+		parent:     v,
+		nodes:      append([]*model.Node(nil), v.nodes...),
+		touchedSet: map[int]struct{}{},
+	}
+}
+
+// Commit applies this view's writes to its parent, or, for a root view, to the
+// snapshot (replacing the changed nodes there). The view stays usable and now
+// agrees with its parent.
+func (v *View) Commit() {
+	for _, i := range v.touched {
+		if v.parent != nil {
+			v.parent.nodes[i] = v.nodes[i]
+			v.parent.touch(i)
+		} else {
+			v.snapshot.AddNode(v.nodes[i])
+		}
+	}
+	v.touched = v.touched[:0]
+	clear(v.touchedSet)
+}
+
+// Node returns the named node's current state, or nil. Callers must not modify it.
+func (v *View) Node(name string) *model.Node {
+	i := v.snapshot.NodeIndex(name)
+	if i < 0 || i >= len(v.nodes) {
+		return nil
+	}
+	return v.nodes[i]
+}
+
+// NodeCount is the number of nodes the view holds.
+func (v *View) NodeCount() int { return len(v.nodes) }
+
+// NodeAt returns the i-th node's current state in snapshot order. Callers must not
+// modify it.
+func (v *View) NodeAt(i int) *model.Node { return v.nodes[i] }
+
+// Assign books pod p at pl: its CPU, memory and pod count on the node, and its GPU
+// shares. It does not change p. It panics when pl names a node or a GPU the view
+// does not hold, which is a bug in the caller (placements come from this view).
+func (v *View) Assign(p *model.Pod, pl Placement) {
+	i, n := v.writable(pl.Node)
+	n.Requested = n.Requested.Add(podRequests(p))
+	for _, b := range pl.GPUs {
+		g := gpuByIndex(n, b.Index)
+		if g == nil {
+			panic(fmt.Sprintf("placement: assign %s: node %s has no GPU %d", p.ID, pl.Node, b.Index))
+		}
+		booked := bindingBytes(g, b)
+		g.AllocatedBytes += booked
+		if b.Whole {
+			g.Exclusive = true
+		} else {
+			g.Sharers++
+		}
+		// Until the node agent measures again, the booking is the best estimate of
+		// what the pod will use; without this, two pods placed in one cycle would
+		// both count on the same live free memory.
+		if g.LiveFreeBytes != model.UnknownBytes {
+			g.LiveFreeBytes = max(0, g.LiveFreeBytes-booked)
+		}
+	}
+	v.nodes[i] = n
+}
+
+// Release undoes the booking of a bound pod (p.Node, p.GPUs): what preemption
+// would free. A pod that is not bound, or whose node the view lacks, changes nothing.
+func (v *View) Release(p *model.Pod) {
+	if !p.Bound() || v.Node(p.Node) == nil {
+		return
+	}
+	i, n := v.writable(p.Node)
+	n.Requested = n.Requested.Sub(podRequests(p))
+	for _, b := range p.GPUs {
+		g := gpuByIndex(n, b.Index)
+		if g == nil {
+			continue
+		}
+		booked := bindingBytes(g, b)
+		g.AllocatedBytes = max(0, g.AllocatedBytes-booked)
+		if b.Whole {
+			g.Exclusive = false
+		} else if g.Sharers > 0 {
+			g.Sharers--
+		}
+		if g.LiveFreeBytes != model.UnknownBytes {
+			g.LiveFreeBytes = min(g.MemoryBytes, g.LiveFreeBytes+booked)
+		}
+	}
+	v.nodes[i] = n
+}
+
+// writable returns a fresh copy of the named node for a write, and marks it touched.
+func (v *View) writable(name string) (int, *model.Node) {
+	i := v.snapshot.NodeIndex(name)
+	if i < 0 || i >= len(v.nodes) {
+		panic(fmt.Sprintf("placement: node %q is not in the view", name))
+	}
+	v.touch(i)
+	return i, v.nodes[i].Clone()
+}
+
+func (v *View) touch(i int) {
+	if _, ok := v.touchedSet[i]; ok {
+		return
+	}
+	v.touchedSet[i] = struct{}{}
+	v.touched = append(v.touched, i)
+}
+
+// podRequests is what a pod books on its node. Every pod takes one pod slot, whether
+// or not the caller filled Requests.Pods.
+func podRequests(p *model.Pod) model.Resources {
+	r := p.Requests
+	if r.Pods == 0 {
+		r.Pods = 1
+	}
+	return r
+}
+
+// bindingBytes is the memory a binding books on g.
+func bindingBytes(g *model.GPU, b model.GPUBinding) int64 {
+	if b.Whole && b.MemoryBytes == 0 {
+		return g.MemoryBytes
+	}
+	return b.MemoryBytes
+}
+
+// gpuByIndex finds a node's GPU by its device index. GPUs are normally stored in
+// index order, so the position is tried first.
+func gpuByIndex(n *model.Node, index int) *model.GPU {
+	if index >= 0 && index < len(n.GPUs) && n.GPUs[index].Index == index {
+		return &n.GPUs[index]
+	}
+	for i := range n.GPUs {
+		if n.GPUs[i].Index == index {
+			return &n.GPUs[i]
+		}
+	}
+	return nil
+}

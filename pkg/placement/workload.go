@@ -1,0 +1,294 @@
+package placement
+
+import (
+	"cmp"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// Shape is one kind of pod in the workload mix: what it requests, and how often it
+// comes. Fragmentation is measured against the mix: a GPU left free is wasted only
+// if the pods that actually arrive cannot use it.
+type Shape struct {
+	Requests model.Resources
+	GPU      model.GPUDemand
+	// Weight is the shape's share of the mix, on any non-negative scale (a pod count
+	// will do).
+	Weight float64
+}
+
+// ShapeOf is the shape of one pod, with weight 1.
+func ShapeOf(p *model.Pod) Shape {
+	return Shape{Requests: p.Requests, GPU: p.GPU, Weight: 1}
+}
+
+// ShapesOf merges the shapes of pods into a mix: identical requests become one shape
+// whose weight is their count, most frequent first.
+func ShapesOf(pods []*model.Pod) []Shape {
+	index := map[shapeKey]int{}
+	var shapes []Shape
+	for _, p := range pods {
+		k := keyOfShape(p.Requests, p.GPU)
+		if i, ok := index[k]; ok {
+			shapes[i].Weight++
+			continue
+		}
+		index[k] = len(shapes)
+		shapes = append(shapes, ShapeOf(p))
+	}
+	slices.SortStableFunc(shapes, func(a, b Shape) int { return cmp.Compare(b.Weight, a.Weight) })
+	return shapes
+}
+
+// DefaultWorkload is the mix a Placer assumes until SetWorkload is called: mostly
+// single GPUs, some multi-GPU pods and some half and quarter shares, so that a fresh
+// scheduler keeps whole GPUs and whole nodes together by default.
+func DefaultWorkload() []Shape {
+	whole := func(n int, weight float64) Shape {
+		return Shape{GPU: model.GPUDemand{Count: n}, Weight: weight}
+	}
+	share := func(milli int64, weight float64) Shape {
+		return Shape{GPU: model.GPUDemand{Count: 1, FractionMilli: milli}, Weight: weight}
+	}
+	return []Shape{whole(1, 4), whole(2, 2), whole(4, 1), whole(8, 1), share(500, 1), share(250, 1)}
+}
+
+// shapeKey identifies a shape: requests and GPU demand, models joined.
+type shapeKey struct {
+	requests          model.Resources
+	count             int
+	memoryBytes       int64
+	fractionMilli     int64
+	startFreeFraction float64
+	models            string
+}
+
+func keyOfShape(r model.Resources, d model.GPUDemand) shapeKey {
+	return shapeKey{
+		requests:          r,
+		count:             d.Count,
+		memoryBytes:       d.MemoryBytes,
+		fractionMilli:     d.FractionMilli,
+		startFreeFraction: d.StartFreeFraction,
+		models:            strings.Join(d.Models, "\x00"),
+	}
+}
+
+// maxShapes bounds the mix a Placer scores against; the rarest shapes beyond it are
+// dropped, since scoring cost grows with the number of shapes.
+const maxShapes = 256
+
+// workload is a mix compiled for scoring: shapes grouped by their GPU demand, since
+// the GPU part decides which GPUs are fragments and the CPU and memory part only
+// whether the shape fits the node at all. Weights sum to 1.
+type workload struct {
+	groups []shapeGroup
+	// cpuPerMilli and memoryPerMilli are the mix's CPU and memory per thousandth of
+	// a GPU requested.
+	cpuPerMilli, memoryPerMilli float64
+	balanceWeight               float64
+}
+
+type shapeGroup struct {
+	demand  model.GPUDemand
+	weight  float64
+	members []shapeMember
+}
+
+type shapeMember struct {
+	milliCPU    int64
+	memoryBytes int64
+	weight      float64
+}
+
+// compileWorkload groups shapes by GPU demand. CPU-only shapes are left out unless
+// keepCPUOnly: every placement changes their term by the same amount (they can use
+// no free GPU, so all of it counts), which cannot change which node is best.
+func compileWorkload(shapes []Shape, keepCPUOnly bool) workload {
+	var kept []Shape
+	for _, s := range shapes {
+		if s.Weight > 0 && (s.GPU.Count > 0 || keepCPUOnly) {
+			if os.Getenv("FGD_WMODE") == "gpu" && s.GPU.Count > 0 {
+				m := float64(s.GPU.Count) * model.MilliPerGPU
+				if s.GPU.FractionMilli > 0 {
+					m = float64(s.GPU.Count * int(s.GPU.FractionMilli))
+				}
+				s.Weight *= m
+			}
+			if os.Getenv("FGD_WMODE") == "sqrt" && s.GPU.Count > 0 {
+				m := float64(s.GPU.Count) * model.MilliPerGPU
+				if s.GPU.FractionMilli > 0 {
+					m = float64(s.GPU.Count * int(s.GPU.FractionMilli))
+				}
+				s.Weight *= math.Sqrt(m)
+			}
+			kept = append(kept, s)
+		}
+	}
+	slices.SortStableFunc(kept, func(a, b Shape) int { return cmp.Compare(b.Weight, a.Weight) })
+	if len(kept) > maxShapes {
+		kept = kept[:maxShapes]
+	}
+	var total float64
+	for _, s := range kept {
+		total += s.Weight
+	}
+	var w workload
+	groupOf := map[shapeKey]int{}
+	for _, s := range kept {
+		k := keyOfShape(model.Resources{}, s.GPU)
+		gi, ok := groupOf[k]
+		if !ok {
+			gi = len(w.groups)
+			groupOf[k] = gi
+			w.groups = append(w.groups, shapeGroup{demand: s.GPU})
+		}
+		g := &w.groups[gi]
+		g.weight += s.Weight / total
+		g.members = append(g.members, shapeMember{s.Requests.MilliCPU, s.Requests.MemoryBytes, s.Weight / total})
+	}
+	var cpu, mem, milli float64
+	for _, s := range kept {
+		if s.GPU.Count == 0 {
+			continue
+		}
+		m := float64(s.GPU.Count) * model.MilliPerGPU
+		if s.GPU.FractionMilli > 0 {
+			m = float64(s.GPU.Count * int(s.GPU.FractionMilli))
+		}
+		cpu += s.Weight * float64(s.Requests.MilliCPU)
+		mem += s.Weight * float64(s.Requests.MemoryBytes)
+		milli += s.Weight * m
+	}
+	if milli > 0 {
+		w.cpuPerMilli, w.memoryPerMilli = cpu/milli, mem/milli
+	}
+	w.balanceWeight = dbgBalance
+	return w
+}
+
+// fitWeights returns, per group, the weight of the shapes whose CPU and memory fit
+// into the given free amounts.
+func (w *workload) fitWeights(freeMilliCPU, freeMemoryBytes int64, buf []float64) []float64 {
+	buf = buf[:0]
+	for gi := range w.groups {
+		var fit float64
+		for _, m := range w.groups[gi].members {
+			if m.milliCPU <= freeMilliCPU && m.memoryBytes <= freeMemoryBytes {
+				fit += m.weight
+			}
+		}
+		buf = append(buf, fit)
+	}
+	return buf
+}
+
+// gpuSlot is one GPU as fragmentation sees it.
+type gpuSlot struct {
+	model  string
+	memory int64
+	// free is memory not booked; zero for a GPU held whole or unhealthy.
+	free int64
+	idle bool
+}
+
+// milli is the slot's free capacity in thousandths of the GPU, the unit in which
+// fragmentation is counted, so that GPUs of different sizes weigh the same.
+func (s *gpuSlot) milli() float64 {
+	if s.memory <= 0 {
+		if s.idle {
+			return model.MilliPerGPU
+		}
+		return 0
+	}
+	return float64(s.free) * model.MilliPerGPU / float64(s.memory)
+}
+
+// takes reports whether one GPU's worth of demand d fits in the slot.
+func (s *gpuSlot) takes(d *model.GPUDemand) bool {
+	if !d.AcceptsModel(s.model) {
+		return false
+	}
+	if d.Whole() {
+		return s.idle
+	}
+	return s.free > 0 && shareBytes(d, s.memory) <= s.free
+}
+
+// shareBytes is what a share demand books on a GPU of the given memory, as
+// GPUDemand.BytesOn computes it.
+func shareBytes(d *model.GPUDemand, memory int64) int64 {
+	if d.MemoryBytes > 0 {
+		return d.MemoryBytes
+	}
+	return (memory*d.FractionMilli + model.MilliPerGPU - 1) / model.MilliPerGPU
+}
+
+func loadSlots(n *model.Node, buf []gpuSlot) []gpuSlot {
+	buf = buf[:0]
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		s := gpuSlot{model: g.Model, memory: g.MemoryBytes}
+		if g.Healthy {
+			s.free = g.FreeBytes()
+			s.idle = g.Idle()
+		}
+		buf = append(buf, s)
+	}
+	return buf
+}
+
+// fragmentation is the node's expected fragmentation under the mix, in milli-GPUs:
+// for each shape, the free GPU capacity that shape could not use on this node (all
+// of it when the shape does not fit the node at all, else the GPUs too small for
+// it), weighted by the shape's share of the mix. wfit comes from fitWeights for the
+// node's free CPU and memory.
+func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64, freeCPU, freeMem int64) float64 {
+	var total float64
+	for i := range slots {
+		total += slots[i].milli()
+	}
+	if total == 0 {
+		return 0
+	}
+	var frag float64
+	if w.balanceWeight > 0 && w.cpuPerMilli > 0 {
+		usable := float64(freeCPU) / w.cpuPerMilli
+		if w.memoryPerMilli > 0 {
+			usable = min(usable, float64(freeMem)/w.memoryPerMilli)
+		}
+		if usable < total {
+			frag += w.balanceWeight * (total - usable)
+		}
+	}
+	for gi := range w.groups {
+		g := &w.groups[gi]
+		if g.demand.Count == 0 {
+			frag += g.weight * total
+			continue
+		}
+		usable := 0
+		var stranded float64
+		for i := range slots {
+			s := &slots[i]
+			if s.takes(&g.demand) {
+				usable++
+			} else {
+				stranded += s.milli()
+			}
+		}
+		if usable < g.demand.Count || (countOnly && !g.demand.Whole()) {
+			frag += g.weight * total
+			continue
+		}
+		frag += wfit[gi]*stranded + (g.weight-wfit[gi])*total
+	}
+	return frag
+}
+
+var dbgBalance, _ = strconv.ParseFloat(os.Getenv("FGD_BAL"), 64)
