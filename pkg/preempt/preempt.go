@@ -215,7 +215,7 @@ func (s *search) neededBytes(placements []placement.Placement) int64 {
 			continue
 		}
 		for _, b := range pl.GPUs {
-			if g := gpuByIndex(node, b.Index); g != nil {
+			if g := node.GPUByIndex(b.Index); g != nil {
 				need += pod.GPU.NeedsLiveFreeBytes(g)
 			}
 		}
@@ -239,7 +239,7 @@ func (s *search) heldBytes(pod *model.Pod) int64 {
 	var held int64
 	for _, b := range pod.GPUs {
 		if b.Whole && b.MemoryBytes == 0 && node != nil {
-			if g := gpuByIndex(node, b.Index); g != nil {
+			if g := node.GPUByIndex(b.Index); g != nil {
 				held += g.MemoryBytes
 				continue
 			}
@@ -249,11 +249,3 @@ func (s *search) heldBytes(pod *model.Pod) int64 {
 	return held
 }
 
-func gpuByIndex(n *model.Node, index int) *model.GPU {
-	for i := range n.GPUs {
-		if n.GPUs[i].Index == index {
-			return &n.GPUs[i]
-		}
-	}
-	return nil
-}

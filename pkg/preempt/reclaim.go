@@ -169,24 +169,11 @@ func (r *reclaimRules) setWithinSurplus(units []*unit) bool {
 	return true
 }
 
-// estimateGPUs is what pending pods will be charged before they are placed, as the
-// scheduling cycle books it (pkg/scheduler's podAmounts): whole GPUs count one each, a
-// fraction as itself, a memory share as its part of an 80 GB GPU (at most one).
-// checkReclaimerShare checks the exact charge once the pods are placed.
+// estimateGPUs is what pending pods will be charged before they are placed.
 func estimateGPUs(pods []*model.Pod) float64 {
-	const typicalGPUBytes = 80e9
 	var gpus float64
 	for _, pod := range pods {
-		d := pod.GPU
-		switch {
-		case d.Count == 0:
-		case d.Whole():
-			gpus += float64(d.Count)
-		case d.FractionMilli > 0:
-			gpus += float64(d.Count) * float64(d.FractionMilli) / model.MilliPerGPU
-		default:
-			gpus += float64(d.Count) * min(1, float64(d.MemoryBytes)/typicalGPUBytes)
-		}
+		gpus += fairshare.PendingGPUs(pod)
 	}
 	return gpus
 }

@@ -2,6 +2,7 @@ package preempt
 
 import (
 	"cmp"
+	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"math"
 	"slices"
 
@@ -243,35 +244,15 @@ func isProtected(req Request, startedAt int64) bool {
 // bindingBytes is the memory a binding books on its GPU.
 func bindingBytes(node *model.Node, b model.GPUBinding) int64 {
 	if b.Whole && b.MemoryBytes == 0 && node != nil {
-		if g := gpuByIndex(node, b.Index); g != nil {
+		if g := node.GPUByIndex(b.Index); g != nil {
 			return g.MemoryBytes
 		}
 	}
 	return b.MemoryBytes
 }
 
-// boundGPUs is how many GPUs a bound pod holds, a share counted as its fraction of
-// the GPU's memory: what its queue is charged.
-func boundGPUs(pod *model.Pod, node *model.Node) float64 {
-	var gpus float64
-	for _, b := range pod.GPUs {
-		if b.Whole {
-			gpus++
-			continue
-		}
-		var g *model.GPU
-		if node != nil {
-			g = gpuByIndex(node, b.Index)
-		}
-		switch {
-		case g != nil && g.MemoryBytes > 0:
-			gpus += float64(b.MemoryBytes) / float64(g.MemoryBytes)
-		case pod.GPU.FractionMilli > 0:
-			gpus += float64(pod.GPU.FractionMilli) / model.MilliPerGPU
-		}
-	}
-	return gpus
-}
+// boundGPUs is how many GPUs a bound pod holds (fairshare's charge).
+func boundGPUs(pod *model.Pod, node *model.Node) float64 { return fairshare.BoundGPUs(pod, node) }
 
 // cost orders victim sets; lower is cheaper. Fields compare in order.
 type cost struct {

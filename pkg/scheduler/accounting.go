@@ -53,71 +53,17 @@ func (s *Scheduler) Shares(snap *model.Snapshot) (*fairshare.Shares, error) {
 	return fairshare.Compute(snap.Queues, capacity, usage)
 }
 
-// boundAmounts is what a pod counts against its queue: for a bound pod, its real GPU
-// shares on its node's GPUs (with their model); for a pending one, its demand.
+// boundAmounts is what a pod counts against its queue, on its node if bound.
 func boundAmounts(snap *model.Snapshot, p *model.Pod) fairshare.Amounts {
-	if !p.Bound() || len(p.GPUs) == 0 {
-		return podAmounts(p)
+	var n *model.Node
+	if p.Bound() {
+		n = snap.Node(p.Node)
 	}
-	a := fairshare.Amounts{
-		model.ResourceCPU:    float64(p.Requests.MilliCPU),
-		model.ResourceMemory: float64(p.Requests.MemoryBytes),
-	}
-	n := snap.Node(p.Node)
-	for _, b := range p.GPUs {
-		gpus := 1.0
-		model_ := ""
-		if n != nil && b.Index < len(n.GPUs) {
-			g := &n.GPUs[b.Index]
-			model_ = g.Model
-			if !b.Whole && g.MemoryBytes > 0 {
-				gpus = float64(b.MemoryBytes) / float64(g.MemoryBytes)
-			}
-		}
-		a[model.ResourceGPU] += gpus
-		if model_ != "" {
-			a[model.GPUModelResource(model_)] += gpus
-		}
-	}
-	return a
+	return fairshare.PodCharge(p, n)
 }
 
-// podAmounts is what a pod asks of its queue: GPUs (a share counts as its fraction),
-// millicores and bytes. A share given in bytes counts as a fraction of the smallest
-// GPU it could land on, which is unknown before placement; it is counted as a fraction
-// only when given as one, else as one GPU's worth at most.
-func podAmounts(p *model.Pod) fairshare.Amounts {
-	a := fairshare.Amounts{
-		model.ResourceCPU:    float64(p.Requests.MilliCPU),
-		model.ResourceMemory: float64(p.Requests.MemoryBytes),
-	}
-	if p.GPU.Count == 0 {
-		return a
-	}
-	per := 1.0
-	switch {
-	case p.GPU.FractionMilli > 0:
-		per = float64(p.GPU.FractionMilli) / model.MilliPerGPU
-	case p.GPU.MemoryBytes > 0:
-		per = shareOfTypicalGPU(p.GPU.MemoryBytes)
-	}
-	a[model.ResourceGPU] = per * float64(p.GPU.Count)
-	if len(p.GPU.Models) == 1 {
-		a[model.GPUModelResource(p.GPU.Models[0])] = per * float64(p.GPU.Count)
-	}
-	return a
-}
-
-// shareOfTypicalGPU converts a memory share to a GPU fraction before the GPU is known,
-// against an 80 GB GPU (the most common data-centre size), at most one GPU.
-func shareOfTypicalGPU(bytes int64) float64 {
-	const typical = 80e9
-	f := float64(bytes) / typical
-	if f > 1 {
-		return 1
-	}
-	return f
-}
+// podAmounts is what a pending pod asks of its queue.
+func podAmounts(p *model.Pod) fairshare.Amounts { return fairshare.PodCharge(p, nil) }
 
 func podsAmounts(pods []*model.Pod) fairshare.Amounts {
 	total := fairshare.Amounts{}
