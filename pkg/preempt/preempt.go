@@ -248,4 +248,3 @@ func (s *search) heldBytes(pod *model.Pod) int64 {
 	}
 	return held
 }
-
