@@ -49,6 +49,11 @@ type Cache struct {
 	claims     map[string]*resourceapi.ResourceClaim
 	claimUsers map[string]map[model.PodID]struct{}
 	podClaims  map[model.PodID][]podClaim
+	// capacityVersion counts changes that could let a waiting gang fit (capacity
+	// freed or added, queues or priorities changed); gangVersion counts changes to
+	// each gang. A gang that failed at the same pair of versions cannot fit now.
+	capacityVersion uint64
+	gangVersion     map[model.GangID]uint64
 }
 
 type priorityClass struct {
@@ -64,23 +69,24 @@ type liveGPU struct {
 // NewCache returns an empty cache serving pods whose schedulerName is in names.
 func NewCache(names []string, lookup gang.Lookup) *Cache {
 	c := &Cache{
-		names:      map[string]bool{},
-		lookup:     lookup,
-		snap:       model.NewSnapshot(),
-		apiNodes:   map[string]*corev1.Node{},
-		inventory:  map[string][]model.GPU{},
-		podsOnNode: map[string]map[model.PodID]struct{}{},
-		apiPods:    map[model.PodID]*corev1.Pod{},
-		assumed:    map[model.PodID]bool{},
-		podErrors:  map[model.PodID]string{},
-		gangOf:     map[model.PodID]model.GangID{},
-		gangPods:   map[model.GangID]map[model.PodID]struct{}{},
-		priorities: map[string]priorityClass{},
-		changed:    make(chan struct{}, 1),
-		live:       map[string]map[string]liveGPU{},
-		claims:     map[string]*resourceapi.ResourceClaim{},
-		claimUsers: map[string]map[model.PodID]struct{}{},
-		podClaims:  map[model.PodID][]podClaim{},
+		names:       map[string]bool{},
+		lookup:      lookup,
+		snap:        model.NewSnapshot(),
+		apiNodes:    map[string]*corev1.Node{},
+		inventory:   map[string][]model.GPU{},
+		podsOnNode:  map[string]map[model.PodID]struct{}{},
+		apiPods:     map[model.PodID]*corev1.Pod{},
+		assumed:     map[model.PodID]bool{},
+		podErrors:   map[model.PodID]string{},
+		gangOf:      map[model.PodID]model.GangID{},
+		gangPods:    map[model.GangID]map[model.PodID]struct{}{},
+		priorities:  map[string]priorityClass{},
+		changed:     make(chan struct{}, 1),
+		live:        map[string]map[string]liveGPU{},
+		claims:      map[string]*resourceapi.ResourceClaim{},
+		claimUsers:  map[string]map[model.PodID]struct{}{},
+		podClaims:   map[model.PodID][]podClaim{},
+		gangVersion: map[model.GangID]uint64{},
 	}
 	for _, n := range names {
 		c.names[n] = true
@@ -90,6 +96,17 @@ func NewCache(names []string, lookup gang.Lookup) *Cache {
 
 // Changed is signalled when the cluster changed in a way a cycle may act on.
 func (c *Cache) Changed() <-chan struct{} { return c.changed }
+
+// freed records a change that may let waiting gangs fit, and wakes the loop.
+func (c *Cache) freed() {
+	c.capacityVersion++
+	c.poke()
+}
+
+// versions returns the stamp a gang's failure is recorded with. Caller holds mu.
+func (c *Cache) versions(g model.GangID) [2]uint64 {
+	return [2]uint64{c.capacityVersion, c.gangVersion[g]}
+}
 
 func (c *Cache) poke() {
 	select {
@@ -109,7 +126,7 @@ func (c *Cache) UpsertNode(n *corev1.Node) {
 	defer c.mu.Unlock()
 	c.apiNodes[n.Name] = n
 	c.rebuildNode(n.Name)
-	c.poke()
+	c.freed()
 }
 
 // DeleteNode removes a node; its pods stay known and are booked again if it returns.
@@ -118,7 +135,7 @@ func (c *Cache) DeleteNode(name string) {
 	defer c.mu.Unlock()
 	delete(c.apiNodes, name)
 	c.snap.RemoveNode(name)
-	c.poke()
+	c.freed()
 }
 
 // SetInventory replaces a node's per-device GPU inventory (from ResourceSlices); nil
@@ -132,7 +149,7 @@ func (c *Cache) SetInventory(node string, gpus []model.GPU) {
 		c.inventory[node] = gpus
 	}
 	c.rebuildNode(node)
-	c.poke()
+	c.freed()
 }
 
 // SetLive records the node agent's live measurements for a node's GPUs, by UUID.
@@ -145,7 +162,7 @@ func (c *Cache) SetLive(node string, live map[string]liveGPU) {
 		c.live[node] = live
 	}
 	c.rebuildNode(node)
-	c.poke()
+	c.freed()
 }
 
 // rebuildNode makes the node's model from the API object and inventory, then books
@@ -223,7 +240,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 		c.apiPods[id] = pod
 		c.setGang(id, gang.Identify(pod, c.lookup).Gang)
 		c.regroup(c.gangOf[id])
-		c.poke()
+		c.freed()
 		return
 	}
 	p, demandErr := c.podFromAPI(pod, id, ours)
@@ -238,6 +255,9 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 		}
 	}
 	if old := c.snap.Pods[id]; old != nil {
+		if old.Bound() && (p.Terminating || p.Node != old.Node) && !(c.assumed[id] && pod.Spec.NodeName == "") {
+			c.capacityVersion++
+		}
 		if c.assumed[id] && pod.Spec.NodeName == "" {
 			// The informer lags our own binding: keep the assumed placement.
 			p.Node, p.GPUs, p.StartedAt = old.Node, old.GPUs, old.StartedAt
@@ -278,7 +298,7 @@ func (c *Cache) DeletePod(namespace, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.removePod(model.PodID(namespace + "/" + name))
-	c.poke()
+	c.freed()
 }
 
 func (c *Cache) removePod(id model.PodID) {
@@ -379,7 +399,7 @@ func (c *Cache) Forget(id model.PodID) {
 	q.Node, q.GPUs, q.StartedAt = "", nil, 0
 	c.snap.Pods[id] = &q
 	delete(c.assumed, id)
-	c.poke()
+	c.freed()
 }
 
 // --- priority classes ---
@@ -389,7 +409,7 @@ func (c *Cache) UpsertPriorityClass(name string, value int32, preemptible *bool)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.priorities[name] = priorityClass{value: value, preemptible: preemptible}
-	c.poke()
+	c.freed()
 }
 
 // DeletePriorityClass forgets a PriorityClass.
@@ -459,5 +479,5 @@ func (c *Cache) SetQueues(queues map[string]*model.Queue) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.snap.Queues = queues
-	c.poke()
+	c.freed()
 }

@@ -69,7 +69,11 @@ func startedAt(pod *corev1.Pod) int64 {
 // regroup recomputes one gang from its pods and stamps the gang's queue, priority,
 // preemptibility and elasticity on its members. Caller holds mu.
 func (c *Cache) regroup(id model.GangID) {
+	c.gangVersion[id]++
 	members := c.gangPods[id]
+	if len(members) == 0 {
+		delete(c.gangVersion, id)
+	}
 	if len(members) == 0 {
 		delete(c.snap.Gangs, id)
 		return

@@ -50,6 +50,15 @@ func (o *RunnerOptions) defaults() {
 	}
 }
 
+// retryAfter is how long a gang that failed is left alone when nothing it depends on
+// changed: a backstop against a change the versions do not capture.
+const retryAfter = 10 * time.Second
+
+type failure struct {
+	versions [2]uint64
+	at       time.Time
+}
+
 // Runner runs scheduling cycles over the cache and carries out the plans: binds,
 // evictions, nominations and pending reasons.
 type Runner struct {
@@ -62,6 +71,10 @@ type Runner struct {
 	status   *statusWriter
 	metrics  *Metrics
 	opts     RunnerOptions
+
+	// failed records, for each gang left pending, the cache's versions then and
+	// when; it is not tried again until a version moves or retryAfter passes.
+	failed map[model.GangID]failure
 
 	mu         sync.Mutex
 	nominated  map[model.PodID]string
@@ -85,6 +98,7 @@ func NewRunner(cache *Cache, sched *scheduler.Scheduler, client kubernetes.Inter
 		nominated:  map[model.PodID]string{},
 		lastReason: map[model.GangID]string{},
 		pending:    map[model.GangID]scheduler.Pending{},
+		failed:     map[model.GangID]failure{},
 	}
 }
 
@@ -112,7 +126,23 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	c.mu.Lock()
 	c.snap.Now = start.Unix()
 	c.markBadPods()
-	plan := r.sched.Schedule(c.snap)
+	plan := r.sched.ScheduleSkipping(c.snap, func(g model.GangID) bool {
+		f, ok := r.failed[g]
+		return ok && f.versions == c.versions(g) && start.Sub(f.at) < retryAfter
+	})
+	for _, pd := range plan.Pending {
+		r.failed[pd.Gang] = failure{versions: c.versions(pd.Gang), at: start}
+	}
+	for _, gb := range plan.Binds {
+		delete(r.failed, gb.Gang)
+	}
+	var gone []model.GangID
+	for g := range r.failed {
+		if _, ok := c.snap.Gangs[g]; !ok {
+			delete(r.failed, g)
+			gone = append(gone, g)
+		}
+	}
 	type gangBatch struct {
 		gang    model.GangID
 		min     int
@@ -207,7 +237,13 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		}
 	}
 	r.mu.Lock()
-	clear(r.pending)
+	for _, g := range gone {
+		delete(r.pending, g)
+		delete(r.lastReason, g)
+	}
+	for _, gb := range plan.Binds {
+		delete(r.pending, gb.Gang)
+	}
 	for _, pd := range plan.Pending {
 		r.pending[pd.Gang] = pd
 	}

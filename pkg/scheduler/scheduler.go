@@ -109,14 +109,31 @@ type work struct {
 // Schedule runs one cycle over snap. It does not modify snap: decisions are made on a
 // copy-on-write view of it.
 func (s *Scheduler) Schedule(snap *model.Snapshot) *Plan {
+	return s.ScheduleSkipping(snap, nil)
+}
+
+// maxPreemptionSearches bounds the victim searches of one cycle: each costs up to
+// milliseconds on a large cluster, and a backlog of blocked gangs must not stretch a
+// cycle into seconds. Gangs past the bound are tried again next cycle.
+const maxPreemptionSearches = 32
+
+// ScheduleSkipping is Schedule, leaving out the pending gangs for which skip returns
+// true (the caller knows nothing changed for them since they last failed). They are
+// neither placed nor reported.
+func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangID) bool) *Plan {
 	plan := &Plan{}
 	view := placement.NewView(snap)
 	shares, queueErr := s.Shares(snap)
+	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan}
+	c.floor, c.anyVictim = preemptibleFloor(snap)
 
 	works := pendingWork(snap)
 	byQueue := map[string][]*work{}
 	var queueNames []string
 	for _, w := range works {
+		if skip != nil && skip(w.gang.ID) {
+			continue
+		}
 		if w.gang.Missing != "" {
 			plan.pend(w, PendingIncomplete, w.gang.Missing)
 			continue
@@ -155,20 +172,71 @@ func (s *Scheduler) Schedule(snap *model.Snapshot) *Plan {
 			elastic = append(elastic, w)
 			continue
 		}
-		if s.placeGang(snap, view, shares, w, plan) {
+		if c.placeGang(w) {
 			elastic = append(elastic, w)
 		}
 	}
 	// Elastic members take what is left, one at a time, never past a queue limit.
 	for _, w := range elastic {
-		s.placeElastic(view, shares, w, plan)
+		c.placeElastic(w)
 	}
 	return plan
 }
 
+// cycle is the state of one Schedule call.
+type cycle struct {
+	s      *Scheduler
+	snap   *model.Snapshot
+	view   *placement.View
+	shares *fairshare.Shares
+	plan   *Plan
+	// floor is the lowest priority of any pod preemption may evict; anyVictim is
+	// false when there is none, and no search can succeed.
+	floor     int32
+	anyVictim bool
+	searches  int
+}
+
+// preemptibleFloor finds the lowest priority among pods that preemption may evict.
+func preemptibleFloor(snap *model.Snapshot) (int32, bool) {
+	var floor int32
+	found := false
+	for _, p := range snap.Pods {
+		if !p.Bound() || !p.Preemptible || p.Foreign || p.Terminating {
+			continue
+		}
+		if !found || p.Priority < floor {
+			floor, found = p.Priority, true
+		}
+	}
+	return floor, found
+}
+
+// mayPreempt says whether a victim search for w can possibly succeed: some pod is
+// evictable, and either w outranks the lowest of them (preempt) or its queue is below
+// its fair share of GPUs (reclaim).
+func (c *cycle) mayPreempt(w *work) bool {
+	if !c.s.Config.Preemption || !c.anyVictim {
+		return false
+	}
+	if w.gang.Priority > c.floor {
+		return true
+	}
+	if c.shares == nil || w.gang.Queue == "" {
+		return false
+	}
+	qs := c.shares.Queue(w.gang.Queue)
+	if qs == nil {
+		return false
+	}
+	gpu := qs.Resources[model.ResourceGPU]
+	return gpu != nil && gpu.Allocated < gpu.FairShare
+}
+
 // placeGang places w's core members, or preempts for them, or records why not.
 // It reports whether the gang's minimum is now placed.
-func (s *Scheduler) placeGang(snap *model.Snapshot, view *placement.View, shares *fairshare.Shares, w *work, plan *Plan) bool {
+func (c *cycle) placeGang(w *work) bool {
+	s, snap, view, shares, plan := c.s, c.snap, c.view, c.shares, c.plan
 	amounts := podsAmounts(w.core)
 	if shares != nil && w.gang.Queue != "" {
 		if err := shares.WouldExceedLimit(w.gang.Queue, amounts); err != nil {
@@ -194,10 +262,15 @@ func (s *Scheduler) placeGang(snap *model.Snapshot, view *placement.View, shares
 		plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", n))
 		return false
 	}
-	if !s.Config.Preemption {
+	if !c.mayPreempt(w) {
 		plan.pend(w, PendingNoFit, unsched.Message)
 		return false
 	}
+	if c.searches >= maxPreemptionSearches {
+		plan.pend(w, PendingNoFit, unsched.Message+"; preemption deferred to the next cycle")
+		return false
+	}
+	c.searches++
 	res, err := preempt.Find(preempt.Request{
 		Gang: w.gang, Pods: w.core, Snapshot: snap, View: view, Placer: s.Placer, Shares: shares,
 		Now: snap.Now, MinRuntimeSeconds: s.Config.MinRuntimeSeconds,
@@ -225,7 +298,8 @@ func (s *Scheduler) placeGang(snap *model.Snapshot, view *placement.View, shares
 	return false
 }
 
-func (s *Scheduler) placeElastic(view *placement.View, shares *fairshare.Shares, w *work, plan *Plan) {
+func (c *cycle) placeElastic(w *work) {
+	s, view, shares, plan := c.s, c.view, c.shares, c.plan
 	var placed []placement.Placement
 	for _, p := range w.extra {
 		amounts := podAmounts(p)
