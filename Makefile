@@ -19,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test unit integration tools generate lint bench run clean-tools gpu-smoke
+.PHONY: all build test test-deps unit integration tools generate lint bench run clean-tools gpu-smoke
 
 all: build
 
@@ -82,8 +82,17 @@ build:
 
 ## test: unit and integration tests (integration tests start a real kube-apiserver,
 ## etcd, kube-controller-manager, kwok and KubeRay from bin/, built first if needed).
-test: tools build
+test: tools build test-deps
 	$(GO) test -count=1 -timeout 45m ./...
+
+## test-deps: Debian packages the tests use: prometheus (the dashboards are checked
+## against a real one scraping the sandbox). Installed when missing, as root.
+test-deps:
+	@command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo ">> installing Debian's prometheus package"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else echo "make test needs Debian's prometheus package: sudo apt-get install prometheus" >&2; exit 1; fi; }
 
 ## unit: only the tests that need no control plane (the chart tests need bin/helm).
 unit: $(BIN)/helm

@@ -57,6 +57,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		queueQuota: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gantry_queue_quota", Help: "A queue's guaranteed quota of a resource (-1 for unlimited)."}, []string{"queue", "resource"}),
 	}
+	// Series with labels exist from the start, at zero, so that dashboards and alerts
+	// see "none yet" rather than "no data".
+	for _, kind := range []string{"preempt", "reclaim"} {
+		m.preemptions.WithLabelValues(kind)
+		m.preemptedGPUMemory.WithLabelValues(kind)
+	}
+	for _, k := range []scheduler.PendingKind{scheduler.PendingIncomplete, scheduler.PendingQueueInvalid, scheduler.PendingQueueLimit,
+		scheduler.PendingQueueQuota, scheduler.PendingNoFit, scheduler.PendingWaitingForVictim} {
+		m.pendingByReason.WithLabelValues(string(k))
+	}
 	reg.MustRegister(m.cycleSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
 		m.bindFailures, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
 		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota)

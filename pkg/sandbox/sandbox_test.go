@@ -64,6 +64,7 @@ func TestSandboxPlaysTheSeedScenario(t *testing.T) {
 			t.Errorf("%s does not serve %s", want.url, want.series)
 		}
 	}
+	checkDashboardsWithPrometheus(t, sb)
 }
 
 func get(t *testing.T, url string) string {
