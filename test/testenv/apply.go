@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 )
 
@@ -65,12 +66,18 @@ func Apply(ctx context.Context, cfg *rest.Config, namespace string, manifest []b
 		}
 		created, err := ri.Create(ctx, obj, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			cur, gerr := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
-			if gerr != nil {
-				return nil, gerr
-			}
-			obj.SetResourceVersion(cur.GetResourceVersion())
-			created, err = ri.Update(ctx, obj, metav1.UpdateOptions{})
+			// Controllers may write the object (its status) between our read and
+			// write: retry on conflict, as kubectl apply does.
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, gerr := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+				if gerr != nil {
+					return gerr
+				}
+				obj.SetResourceVersion(cur.GetResourceVersion())
+				var uerr error
+				created, uerr = ri.Update(ctx, obj, metav1.UpdateOptions{})
+				return uerr
+			})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("apply %s %s: %w", gvk.Kind, obj.GetName(), err)
