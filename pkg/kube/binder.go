@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,32 +24,19 @@ type bindRequest struct {
 	claims []podClaim
 }
 
-// binder issues pods/binding calls from a fixed pool of workers: the API server
-// handles them in parallel, and one cycle's binds would otherwise queue behind each
-// other's round trips.
+// binder issues pods/binding calls, at most `workers` at once: the API server handles
+// them in parallel, and one cycle's binds would otherwise queue behind each other's
+// round trips. Slots are taken first come, first served and a gang takes all of its
+// members' slots together, so gangs are bound one after another, each in about one
+// round trip, rather than interleaved member by member.
 type binder struct {
-	client kubernetes.Interface
-	jobs   chan bindJob
-}
-
-type bindJob struct {
-	ctx  context.Context
-	req  bindRequest
-	done func(error)
+	client  kubernetes.Interface
+	workers int
+	slots   *semaphore.Weighted
 }
 
 func newBinder(client kubernetes.Interface, workers int) *binder {
-	b := &binder{client: client, jobs: make(chan bindJob, workers*4)}
-	for i := 0; i < workers; i++ {
-		go b.work()
-	}
-	return b
-}
-
-func (b *binder) work() {
-	for j := range b.jobs {
-		j.done(b.bind(j.ctx, j.req))
-	}
+	return &binder{client: client, workers: workers, slots: semaphore.NewWeighted(int64(workers))}
 }
 
 // bind posts one Binding. The GPUs the pod got travel as an annotation of the Binding,
@@ -78,13 +66,25 @@ func (b *binder) bind(ctx context.Context, r bindRequest) error {
 // success). It waits for all of them.
 func (b *binder) bindAll(ctx context.Context, reqs []bindRequest) []error {
 	errs := make([]error, len(reqs))
-	var wg sync.WaitGroup
-	wg.Add(len(reqs))
-	for i := range reqs {
-		i := i
-		b.jobs <- bindJob{ctx: ctx, req: reqs[i], done: func(err error) { errs[i] = err; wg.Done() }}
+	for start := 0; start < len(reqs); start += b.workers {
+		chunk := reqs[start:min(start+b.workers, len(reqs))]
+		if err := b.slots.Acquire(ctx, int64(len(chunk))); err != nil {
+			for i := start; i < len(reqs); i++ {
+				errs[i] = err
+			}
+			return errs
+		}
+		var wg sync.WaitGroup
+		for i := range chunk {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				defer b.slots.Release(1)
+				errs[start+i] = b.bind(ctx, chunk[i])
+			}(i)
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	return errs
 }
 

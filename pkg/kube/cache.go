@@ -71,7 +71,7 @@ func NewCache(names []string, lookup gang.Lookup) *Cache {
 	c := &Cache{
 		names:       map[string]bool{},
 		lookup:      lookup,
-		snap:        model.NewSnapshot(),
+		snap:        newIndexedSnapshot(),
 		apiNodes:    map[string]*corev1.Node{},
 		inventory:   map[string][]model.GPU{},
 		podsOnNode:  map[string]map[model.PodID]struct{}{},
@@ -92,6 +92,24 @@ func NewCache(names []string, lookup gang.Lookup) *Cache {
 		c.names[n] = true
 	}
 	return c
+}
+
+func newIndexedSnapshot() *model.Snapshot {
+	s := model.NewSnapshot()
+	s.PendingGangs = map[model.GangID]struct{}{}
+	return s
+}
+
+// refreshPending keeps the snapshot's index of gangs with pending members current for
+// one gang. Caller holds mu.
+func (c *Cache) refreshPending(g model.GangID) {
+	for id := range c.gangPods[g] {
+		if p := c.snap.Pods[id]; p != nil && !p.Bound() {
+			c.snap.PendingGangs[g] = struct{}{}
+			return
+		}
+	}
+	delete(c.snap.PendingGangs, g)
 }
 
 // Changed is signalled when the cluster changed in a way a cycle may act on.
@@ -222,6 +240,10 @@ func gpusFor(n *model.Node, p *model.Pod) []model.GPUBinding {
 func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.upsertPodLocked(pod)
+}
+
+func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 	id := gang.PodID(pod)
 	ours := c.names[pod.Spec.SchedulerName]
 	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
@@ -399,6 +421,7 @@ func (c *Cache) Forget(id model.PodID) {
 	q.Node, q.GPUs, q.StartedAt = "", nil, 0
 	c.snap.Pods[id] = &q
 	delete(c.assumed, id)
+	c.refreshPending(q.Gang)
 	c.freed()
 }
 
@@ -450,20 +473,19 @@ func (c *Cache) DeleteClaim(namespace, name string) { c.setClaim(namespace+"/"+n
 
 func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if claim == nil {
 		delete(c.claims, key)
 	} else {
 		c.claims[key] = claim
 	}
-	var users []*corev1.Pod
+	// Re-read the pending pods that use the claim, from the cache's current objects
+	// and under the same lock: a copy taken earlier could be older than a binding the
+	// informer has delivered since, and would make a bound pod look pending again.
 	for id := range c.claimUsers[key] {
-		if p := c.apiPods[id]; p != nil && p.Spec.NodeName == "" {
-			users = append(users, p)
+		if p := c.apiPods[id]; p != nil && p.Spec.NodeName == "" && !c.assumed[id] {
+			c.upsertPodLocked(p)
 		}
-	}
-	c.mu.Unlock()
-	for _, p := range users {
-		c.UpsertPod(p)
 	}
 }
 

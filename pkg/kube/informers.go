@@ -59,7 +59,7 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 	if err := pods.SetTransform(slimPod); err != nil {
 		return nil, err
 	}
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	podsReg, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.UpsertPod(obj.(*corev1.Pod)) },
 		UpdateFunc: func(_, obj any) { c.UpsertPod(obj.(*corev1.Pod)) },
 		DeleteFunc: func(obj any) {
@@ -67,14 +67,15 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 				c.DeletePod(pod.Namespace, pod.Name)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	nodes := inf.core.Core().V1().Nodes().Informer()
 	if err := nodes.SetTransform(slimNode); err != nil {
 		return nil, err
 	}
-	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nodesReg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.UpsertNode(obj.(*corev1.Node)) },
 		UpdateFunc: func(_, obj any) { c.UpsertNode(obj.(*corev1.Node)) },
 		DeleteFunc: func(obj any) {
@@ -82,11 +83,12 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 				c.DeleteNode(n.Name)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	pcs := inf.core.Scheduling().V1().PriorityClasses().Informer()
-	if _, err := pcs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	pcsReg, err := pcs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { upsertPriorityClass(c, obj.(*schedv1.PriorityClass)) },
 		UpdateFunc: func(_, obj any) { upsertPriorityClass(c, obj.(*schedv1.PriorityClass)) },
 		DeleteFunc: func(obj any) {
@@ -95,16 +97,19 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 				c.RegroupAll("")
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	inf.synced = append(inf.synced, pods.HasSynced, nodes.HasSynced, pcs.HasSynced)
+	// Wait for the handlers to have seen the first list, not only the informers:
+	// a first cycle on a half-filled cache would report gangs as incomplete.
+	inf.synced = append(inf.synced, podsReg.HasSynced, nodesReg.HasSynced, pcsReg.HasSynced)
 
 	served := servedResources(client)
 	if served[schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}] {
 		slices := inf.core.Resource().V1().ResourceSlices().Informer()
 		s := &sliceIndex{byNode: map[string]map[string]*resourceapi.ResourceSlice{}}
-		if _, err := slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.upsert(c, obj.(*resourceapi.ResourceSlice)) },
 			UpdateFunc: func(_, obj any) { s.upsert(c, obj.(*resourceapi.ResourceSlice)) },
 			DeleteFunc: func(obj any) {
@@ -112,14 +117,15 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 					s.remove(c, sl)
 				}
 			},
-		}); err != nil {
+		})
+		if err != nil {
 			return nil, err
 		}
-		inf.synced = append(inf.synced, slices.HasSynced)
+		inf.synced = append(inf.synced, reg.HasSynced)
 	}
 	if served[schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}] {
 		claims := inf.core.Resource().V1().ResourceClaims().Informer()
-		if _, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.UpsertClaim(obj.(*resourceapi.ResourceClaim)) },
 			UpdateFunc: func(_, obj any) { c.UpsertClaim(obj.(*resourceapi.ResourceClaim)) },
 			DeleteFunc: func(obj any) {
@@ -127,10 +133,11 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 					c.DeleteClaim(cl.Namespace, cl.Name)
 				}
 			},
-		}); err != nil {
+		})
+		if err != nil {
 			return nil, err
 		}
-		inf.synced = append(inf.synced, claims.HasSynced)
+		inf.synced = append(inf.synced, reg.HasSynced)
 	}
 	watch := func(gvr schema.GroupVersionResource, upsert func(*unstructured.Unstructured), remove func(*unstructured.Unstructured)) error {
 		if !served[gvr] {
@@ -138,7 +145,7 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 			return nil
 		}
 		i := inf.dynamic.ForResource(gvr).Informer()
-		_, err := i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := i.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { upsert(obj.(*unstructured.Unstructured)) },
 			UpdateFunc: func(_, obj any) { upsert(obj.(*unstructured.Unstructured)) },
 			DeleteFunc: func(obj any) {
@@ -147,8 +154,11 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 				}
 			},
 		})
-		inf.synced = append(inf.synced, i.HasSynced)
-		return err
+		if err != nil {
+			return err
+		}
+		inf.synced = append(inf.synced, reg.HasSynced)
+		return nil
 	}
 	queues := map[string]*model.Queue{}
 	var queuesMu sync.Mutex

@@ -310,6 +310,7 @@ func (c *Cache) assumeLocked(id model.PodID, pl placement.Placement, now int64) 
 	c.snap.Pods[id] = &p
 	c.assumed[id] = true
 	c.book(&p)
+	c.refreshPending(p.Gang)
 }
 
 func (c *Cache) markTerminatingLocked(id model.PodID) {

@@ -69,6 +69,10 @@ type Snapshot struct {
 	Queues map[string]*Queue
 	// Now is the snapshot's time in seconds since the same epoch as Pod.StartedAt.
 	Now int64
+	// PendingGangs, when not nil, is an index of the gangs that have pending members,
+	// kept by whoever maintains the snapshot; a cycle then looks at these only. Nil
+	// means every gang is looked at.
+	PendingGangs map[GangID]struct{}
 
 	nodeIndex map[string]int
 }

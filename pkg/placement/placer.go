@@ -3,9 +3,11 @@ package placement
 import (
 	"cmp"
 	"fmt"
-	"math/rand/v2"
+	"math"
+	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -40,9 +42,6 @@ type policy interface {
 	// rank scores node n, which can take the pod (lower is better), and says which
 	// GPU a single share would take there (-1 when bindGPUs decides).
 	rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (rank, int)
-	// randomTies reports whether equal ranks are broken at random, as kube-scheduler
-	// breaks ties, rather than by node order.
-	randomTies() bool
 }
 
 // rank orders candidate nodes: lower is better, compared element by element.
@@ -65,11 +64,14 @@ type Placer struct {
 	policyName string
 	policy     policy
 	workload   workload
+	// shapes is the mix as set; workload is compiled from it, weighted by scarcity
+	// for the snapshot scarcityOf.
+	shapes     []Shape
+	scarcityOf *model.Snapshot
 	// generation changes with the workload; cached scores of another generation
 	// are stale.
 	generation uint64
 	cache      []nodeCache
-	rng        *rand.Rand
 
 	// scratch buffers, reused across nodes
 	slots []gpuSlot
@@ -83,13 +85,38 @@ type nodeCache struct {
 	// frag is the node's expected fragmentation as it is, when fragValid.
 	fragValid bool
 	frag      float64
-	// The verdict for the last pod shape checked here: consecutive pods of one shape
-	// (replicas, gang members) are scored once per node state.
-	memoValid  bool
-	memoKey    shapeKey
-	memoMisfit misfit
-	memoRank   rank
-	memoGPU    int
+	// verdicts for the last few pod shapes checked here, replaced round robin: pods
+	// of a few shapes (replicas, gang members, a workload's common shapes) are scored
+	// once per node state.
+	verdicts    [verdictsPerNode]verdict
+	nextVerdict int
+}
+
+const verdictsPerNode = 8
+
+// verdict is whether a pod shape fits a node, and if so its rank there.
+type verdict struct {
+	valid  bool
+	key    shapeKey
+	misfit misfit
+	rank   rank
+	gpu    int
+}
+
+// verdict returns the cached verdict for a shape, computing it on a miss.
+func (p *Placer) verdict(c *nodeCache, n *model.Node, q *podQuery) *verdict {
+	for i := range c.verdicts {
+		if v := &c.verdicts[i]; v.valid && v.key == q.key {
+			return v
+		}
+	}
+	v := &c.verdicts[c.nextVerdict]
+	c.nextVerdict = (c.nextVerdict + 1) % verdictsPerNode
+	*v = verdict{valid: true, key: q.key, misfit: q.terms.resourceMisfit(n)}
+	if v.misfit == fits {
+		v.rank, v.gpu = p.policy.rank(p, c, n, q)
+	}
+	return v
 }
 
 // New returns a Placer for the named policy: "fgd" (the default, also for ""),
@@ -102,7 +129,7 @@ func New(policyName string) (*Placer, error) {
 	}
 	for _, p := range policies {
 		if p.name == policyName {
-			pl := &Placer{policyName: policyName, policy: p.make(), rng: rand.New(rand.NewPCG(1, 1))}
+			pl := &Placer{policyName: policyName, policy: p.make()}
 			pl.SetWorkload(DefaultWorkload())
 			return pl, nil
 		}
@@ -119,13 +146,11 @@ func (p *Placer) SetWorkload(shapes []Shape) {
 	if len(shapes) == 0 {
 		shapes = DefaultWorkload()
 	}
+	p.shapes = shapes
+	p.scarcityOf = nil
 	p.workload = p.policy.compile(shapes)
 	p.generation++
 }
-
-// SetSeed seeds the randomness of policies that break ties at random
-// (fgd-classic); the others are deterministic.
-func (p *Placer) SetSeed(seed uint64) { p.rng = rand.New(rand.NewPCG(seed, seed)) }
 
 // podQuery is a pod prepared for placement.
 type podQuery struct {
@@ -154,34 +179,20 @@ func (p *Placer) cacheFor(i int, n *model.Node) *nodeCache {
 // PlacePod chooses a node and GPUs for pod in v. It does not assign: the caller
 // calls v.Assign with the result.
 func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
+	p.adaptTo(v)
 	q := newPodQuery(pod)
-	best, bestGPU, ties := -1, -1, 0
+	best, bestGPU := -1, -1
 	var bestRank rank
-	random := p.policy.randomTies()
 	for i, n := range v.nodes {
 		c := p.cacheFor(i, n)
 		if (n.Unschedulable || q.terms.affinity != nil || len(n.Taints) > 0) && q.terms.staticMisfit(n) != fits {
 			continue
 		}
-		if !c.memoValid || c.memoKey != q.key {
-			c.memoValid, c.memoKey = true, q.key
-			c.memoMisfit = q.terms.resourceMisfit(n)
-			if c.memoMisfit == fits {
-				c.memoRank, c.memoGPU = p.policy.rank(p, c, n, q)
-			}
-		}
-		if c.memoMisfit != fits {
-			continue
-		}
-		switch {
-		case best < 0 || c.memoRank.less(bestRank):
-			best, bestRank, bestGPU, ties = i, c.memoRank, c.memoGPU, 1
-		case random && c.memoRank == bestRank:
-			// Reservoir sampling: each of the k equal nodes wins with probability 1/k.
-			ties++
-			if p.rng.IntN(ties) == 0 {
-				best, bestGPU = i, c.memoGPU
-			}
+		verdict := p.verdict(c, n, q)
+		// Equal ranks go to the first node in snapshot order, so a placement is
+		// reproducible.
+		if verdict.misfit == fits && (best < 0 || verdict.rank.less(bestRank)) {
+			best, bestRank, bestGPU = i, verdict.rank, verdict.gpu
 		}
 	}
 	if best < 0 {
@@ -409,4 +420,48 @@ func bindGPUs(n *model.Node, d model.GPUDemand, sharePos int) []model.GPUBinding
 		}
 		return bindings
 	}
+}
+
+var dbgScarce, _ = strconv.ParseFloat(os.Getenv("FGD_SCARCE"), 64)
+
+// adaptTo weighs the mix by how scarce the nodes are that each shape fits when
+// empty, once per snapshot.
+func (p *Placer) adaptTo(v *View) {
+	if dbgScarce == 0 || p.scarcityOf == v.snapshot || p.policyName != DefaultPolicy {
+		return
+	}
+	p.scarcityOf = v.snapshot
+	var totalGPUs int
+	for _, n := range v.snapshot.Nodes {
+		totalGPUs += len(n.GPUs)
+	}
+	adjusted := make([]Shape, len(p.shapes))
+	for i, s := range p.shapes {
+		adjusted[i] = s
+		if s.GPU.Count == 0 || totalGPUs == 0 {
+			continue
+		}
+		pod := &model.Pod{Requests: s.Requests, GPU: s.GPU}
+		fitGPUs := 0
+		for _, n := range v.snapshot.Nodes {
+			empty := *n
+			empty.Requested = model.Resources{}
+			empty.GPUs = make([]model.GPU, len(n.GPUs))
+			for j, g := range n.GPUs {
+				empty.GPUs[j] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true}
+			}
+			t := newPodTerms(pod)
+			if t.resourceMisfit(&empty) == fits {
+				fitGPUs += len(n.GPUs)
+			}
+		}
+		if fitGPUs == 0 {
+			adjusted[i].Weight = 0
+			continue
+		}
+		factor := math.Pow(float64(totalGPUs)/float64(fitGPUs), dbgScarce)
+		adjusted[i].Weight *= min(factor, 10)
+	}
+	p.workload = p.policy.compile(adjusted)
+	p.generation++
 }

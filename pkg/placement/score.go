@@ -11,40 +11,32 @@ import (
 )
 
 // fgdPolicy places a pod where the node's expected fragmentation grows least
-// (Weng et al., "Beware of Fragmentation", USENIX ATC '23). classic reproduces the
-// published scorer: scores squashed through a sigmoid into kube-scheduler's integer
-// 0..100 range, ties broken at random, the mix cut to the shapes that make up 95% of
-// pods, CPU-only shapes and CPU (not memory) fit as in the authors' simulator.
+// (Weng et al., "Beware of Fragmentation", USENIX ATC '23).
+//
+// The default adds to published FGD: GPUs stranded by a lack of CPU or memory count
+// as fragmentation (see workload.fragmentation), scores are compared exactly rather
+// than squashed into kube-scheduler's 0..100 integers, memory is checked as well as
+// CPU, and equal scores go to the node left with the least free GPU capacity, then
+// the least free CPU (best fit), so that whole nodes stay free for large pods.
+//
+// classic reproduces the published scorer as its authors' simulator runs it:
+// sigmoid-squashed integer scores, ties to the first node in order, the mix cut to
+// the shapes that make up 95% of pods (CPU-only shapes included), CPU but not
+// memory in the fit of a shape.
 type fgdPolicy struct {
 	classic bool
 }
 
-func (f *fgdPolicy) randomTies() bool { return f.classic && os.Getenv("DBG_DETERMINISTIC") == "" }
-
-var dbgEps, _ = strconv.ParseFloat(os.Getenv("FGD_EPS"), 64)
-var dbgTie = os.Getenv("FGD_TIE")
-
-func (f *fgdPolicy) secondary(r rank, n *model.Node, q *podQuery, slots []gpuSlot) rank {
-	switch dbgTie {
-	case "gpufree":
-		r[1] = freeGPUMilli(slots)
-	case "cpufree":
-		r[1] = cpuLeftFraction(n, q)
-	case "gpucpu":
-		r[1] = freeGPUMilli(slots)
-		r[2] = cpuLeftFraction(n, q)
-	case "cpugpu":
-		r[1] = cpuLeftFraction(n, q)
-		r[2] = freeGPUMilli(slots)
-	}
-	return r
-}
+// strandedWeight is the weight of GPU capacity stranded by CPU or memory: one, the
+// same as any other fragment. (Measured on openb, 0.25 to 2 give the same figures
+// within noise; docs/benchmarks.md.)
+var strandedWeight, _ = strconv.ParseFloat(os.Getenv("FGD_BAL"), 64)
 
 func (f *fgdPolicy) compile(shapes []Shape) workload {
-	if !f.classic {
-		return compileWorkload(shapes, false)
+	if f.classic {
+		return compileWorkload(typicalShapes(shapes), true, 0)
 	}
-	return compileWorkload(typicalShapes(shapes), true)
+	return compileWorkload(shapes, false, strandedWeight)
 }
 
 // typicalShapes is the published FGD's mix: shapes keyed by CPU and GPU demand
@@ -90,29 +82,32 @@ func (p *Placer) fragOf(c *nodeCache, n *model.Node) float64 {
 func (f *fgdPolicy) rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (rank, int) {
 	before := p.fragOf(c, n)
 	free := n.Free()
-	p.wfit = p.workload.fitWeights(free.MilliCPU-q.requests.MilliCPU, free.MemoryBytes-q.requests.MemoryBytes, p.wfit)
+	cpuAfter, memAfter := free.MilliCPU-q.requests.MilliCPU, free.MemoryBytes-q.requests.MemoryBytes
+	p.wfit = p.workload.fitWeights(cpuAfter, memAfter, p.wfit)
 	slots := loadSlots(n, p.slots)
 	p.slots = slots
 	d := q.demand
-	fragAfter := func() float64 {
-		return p.workload.fragmentation(slots, n.GPUsByCountOnly, p.wfit, free.MilliCPU-q.requests.MilliCPU, free.MemoryBytes-q.requests.MemoryBytes)
+	// score ranks the node with slots as they would be after the placement.
+	score := func() rank {
+		after := p.workload.fragmentation(slots, n.GPUsByCountOnly, p.wfit, cpuAfter, memAfter)
+		return f.score(before, after, slots, n, q)
 	}
 
 	switch {
 	case d.Count == 0:
-		return f.secondary(f.score(before, fragAfter()), n, q, slots), -1
+		return score(), -1
 	case d.Whole():
 		var buf [8]int
 		for _, i := range wholeGPUs(n, d, buf[:0]) {
 			slots[i].free, slots[i].idle = 0, false
 		}
-		return f.secondary(f.score(before, fragAfter()), n, q, slots), -1
+		return score(), -1
 	case d.Count > 1:
 		for _, i := range sharedGPUs(n, d) {
 			slots[i].free -= d.BytesOn(&n.GPUs[i])
 			slots[i].idle = false
 		}
-		return f.secondary(f.score(before, fragAfter()), n, q, slots), -1
+		return score(), -1
 	}
 
 	// A single share: try each GPU it fits on; GPUs in the same state score the same,
@@ -126,7 +121,7 @@ func (f *fgdPolicy) rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (r
 		saved := slots[i]
 		slots[i].free -= d.BytesOn(g)
 		slots[i].idle = false
-		r := f.secondary(f.score(before, fragAfter()), n, q, slots)
+		r := score()
 		slots[i] = saved
 		if bestGPU < 0 || r.less(best) {
 			best, bestGPU = r, i
@@ -135,18 +130,17 @@ func (f *fgdPolicy) rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (r
 	return best, bestGPU
 }
 
-// score ranks a move from fragmentation before to after.
-func (f *fgdPolicy) score(before, after float64) rank {
+// score ranks a move from fragmentation before to after; slots are the node's GPUs
+// after the move.
+func (f *fgdPolicy) score(before, after float64, slots []gpuSlot, n *model.Node, q *podQuery) rank {
 	if f.classic {
 		// kube-scheduler scores are integers in 0..100, higher is better.
-		s := math.Trunc(100 / (1 + math.Exp(-(before-after)/1000)))
-		return rank{-s}
+		return rank{-math.Trunc(100 / (1 + math.Exp(-(before-after)/1000)))}
 	}
-	d := after - before
-	if dbgEps > 0 {
-		d = math.Round(d / dbgEps)
-	}
-	return rank{d}
+	// Rounded to a millionth of a milli-GPU so that equal moves computed in a
+	// different order compare equal and fall to the tie-breaks.
+	growth := math.Round((after-before)*1e6) / 1e6
+	return rank{growth, freeGPUMilli(slots), cpuLeftFraction(n, q)}
 }
 
 // sameSlotEarlier reports whether a GPU before position i is in the same state as
@@ -182,7 +176,6 @@ func placedMilli(d model.GPUDemand, g *model.GPU) float64 {
 type bestFitPolicy struct{}
 
 func (bestFitPolicy) compile([]Shape) workload { return workload{} }
-func (bestFitPolicy) randomTies() bool         { return false }
 
 func (bestFitPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (rank, int) {
 	gpuLeft, gpu, gpuSlack := gpuAfter(p, n, q, func(slack, best float64) bool { return slack < best })
@@ -194,7 +187,6 @@ func (bestFitPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (
 type spreadPolicy struct{}
 
 func (spreadPolicy) compile([]Shape) workload { return workload{} }
-func (spreadPolicy) randomTies() bool         { return false }
 
 func (spreadPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (rank, int) {
 	gpuLeft, gpu, gpuSlack := gpuAfter(p, n, q, func(slack, best float64) bool { return slack > best })

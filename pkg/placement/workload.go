@@ -2,10 +2,8 @@ package placement
 
 import (
 	"cmp"
-	"math"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -88,10 +86,12 @@ const maxShapes = 256
 // whether the shape fits the node at all. Weights sum to 1.
 type workload struct {
 	groups []shapeGroup
-	// cpuPerMilli and memoryPerMilli are the mix's CPU and memory per thousandth of
-	// a GPU requested.
+	// cpuPerMilli and memoryPerMilli are what the mix's GPU pods request of CPU and
+	// memory per thousandth of a GPU.
 	cpuPerMilli, memoryPerMilli float64
-	balanceWeight               float64
+	// strandedWeight weighs GPU capacity stranded by a lack of CPU or memory (see
+	// fragmentation); zero leaves it out.
+	strandedWeight float64
 }
 
 type shapeGroup struct {
@@ -108,25 +108,12 @@ type shapeMember struct {
 
 // compileWorkload groups shapes by GPU demand. CPU-only shapes are left out unless
 // keepCPUOnly: every placement changes their term by the same amount (they can use
-// no free GPU, so all of it counts), which cannot change which node is best.
-func compileWorkload(shapes []Shape, keepCPUOnly bool) workload {
+// no free GPU, so all of it counts), which cannot change which node is best. They
+// still count through the CPU and memory they take from GPU pods.
+func compileWorkload(shapes []Shape, keepCPUOnly bool, strandedWeight float64) workload {
 	var kept []Shape
 	for _, s := range shapes {
 		if s.Weight > 0 && (s.GPU.Count > 0 || keepCPUOnly) {
-			if os.Getenv("FGD_WMODE") == "gpu" && s.GPU.Count > 0 {
-				m := float64(s.GPU.Count) * model.MilliPerGPU
-				if s.GPU.FractionMilli > 0 {
-					m = float64(s.GPU.Count * int(s.GPU.FractionMilli))
-				}
-				s.Weight *= m
-			}
-			if os.Getenv("FGD_WMODE") == "sqrt" && s.GPU.Count > 0 {
-				m := float64(s.GPU.Count) * model.MilliPerGPU
-				if s.GPU.FractionMilli > 0 {
-					m = float64(s.GPU.Count * int(s.GPU.FractionMilli))
-				}
-				s.Weight *= math.Sqrt(m)
-			}
 			kept = append(kept, s)
 		}
 	}
@@ -138,7 +125,7 @@ func compileWorkload(shapes []Shape, keepCPUOnly bool) workload {
 	for _, s := range kept {
 		total += s.Weight
 	}
-	var w workload
+	w := workload{strandedWeight: strandedWeight}
 	groupOf := map[shapeKey]int{}
 	for _, s := range kept {
 		k := keyOfShape(model.Resources{}, s.GPU)
@@ -153,23 +140,59 @@ func compileWorkload(shapes []Shape, keepCPUOnly bool) workload {
 		g.members = append(g.members, shapeMember{s.Requests.MilliCPU, s.Requests.MemoryBytes, s.Weight / total})
 	}
 	var cpu, mem, milli float64
+	type ratio struct{ cpu, mem, weight float64 }
+	var ratios []ratio
 	for _, s := range kept {
-		if s.GPU.Count == 0 {
+		m := demandMilliOf(s.GPU)
+		if m == 0 {
 			continue
-		}
-		m := float64(s.GPU.Count) * model.MilliPerGPU
-		if s.GPU.FractionMilli > 0 {
-			m = float64(s.GPU.Count * int(s.GPU.FractionMilli))
 		}
 		cpu += s.Weight * float64(s.Requests.MilliCPU)
 		mem += s.Weight * float64(s.Requests.MemoryBytes)
 		milli += s.Weight * m
+		ratios = append(ratios, ratio{float64(s.Requests.MilliCPU) / m, float64(s.Requests.MemoryBytes) / m, s.Weight * m})
 	}
 	if milli > 0 {
 		w.cpuPerMilli, w.memoryPerMilli = cpu/milli, mem/milli
 	}
-	w.balanceWeight = dbgBalance
+	if os.Getenv("FGD_RATIO") == "median" && len(ratios) > 0 {
+		median := func(get func(ratio) float64) float64 {
+			sorted := append([]ratio(nil), ratios...)
+			slices.SortFunc(sorted, func(a, b ratio) int { return cmp.Compare(get(a), get(b)) })
+			var total, cum float64
+			for _, r := range sorted {
+				total += r.weight
+			}
+			for _, r := range sorted {
+				cum += r.weight
+				if cum >= total/2 {
+					return get(r)
+				}
+			}
+			return get(sorted[len(sorted)-1])
+		}
+		w.cpuPerMilli = median(func(r ratio) float64 { return r.cpu })
+		w.memoryPerMilli = median(func(r ratio) float64 { return r.mem })
+	}
+	if os.Getenv("FGD_RATIO") == "cpuonly" {
+		w.memoryPerMilli = 0
+	}
 	return w
+}
+
+// demandMilliOf is the GPU capacity a demand asks for, in thousandths of a GPU; a
+// memory share, which has no fixed fraction, is counted as half a GPU.
+func demandMilliOf(d model.GPUDemand) float64 {
+	switch {
+	case d.Count == 0:
+		return 0
+	case d.FractionMilli > 0:
+		return float64(d.Count) * float64(d.FractionMilli)
+	case d.MemoryBytes > 0:
+		return float64(d.Count) * model.MilliPerGPU / 2
+	default:
+		return float64(d.Count) * model.MilliPerGPU
+	}
 }
 
 // fitWeights returns, per group, the weight of the shapes whose CPU and memory fit
@@ -248,7 +271,13 @@ func loadSlots(n *model.Node, buf []gpuSlot) []gpuSlot {
 // of it when the shape does not fit the node at all, else the GPUs too small for
 // it), weighted by the shape's share of the mix. wfit comes from fitWeights for the
 // node's free CPU and memory.
-func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64, freeCPU, freeMem int64) float64 {
+//
+// With a strandedWeight, it adds the free GPU capacity that the node's free CPU and
+// memory could not feed at the mix's CPU and memory per GPU. Published FGD sees CPU
+// only when it runs out for the next pod; this term sees it running out for the
+// pods after that, so CPU-hungry pods go where CPU is plentiful relative to GPUs
+// and GPUs are not left on nodes whose CPU is gone.
+func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64, freeMilliCPU, freeMemoryBytes int64) float64 {
 	var total float64
 	for i := range slots {
 		total += slots[i].milli()
@@ -257,13 +286,13 @@ func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64
 		return 0
 	}
 	var frag float64
-	if w.balanceWeight > 0 && w.cpuPerMilli > 0 {
-		usable := float64(freeCPU) / w.cpuPerMilli
+	if w.strandedWeight > 0 && w.cpuPerMilli > 0 {
+		fed := float64(max(0, freeMilliCPU)) / w.cpuPerMilli
 		if w.memoryPerMilli > 0 {
-			usable = min(usable, float64(freeMem)/w.memoryPerMilli)
+			fed = min(fed, float64(max(0, freeMemoryBytes))/w.memoryPerMilli)
 		}
-		if usable < total {
-			frag += w.balanceWeight * (total - usable)
+		if fed < total {
+			frag += w.strandedWeight * (total - fed)
 		}
 	}
 	for gi := range w.groups {
@@ -290,5 +319,3 @@ func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64
 	}
 	return frag
 }
-
-var dbgBalance, _ = strconv.ParseFloat(os.Getenv("FGD_BAL"), 64)

@@ -350,7 +350,16 @@ func (p *Plan) pend(w *work, kind PendingKind, reason string) {
 // pendingWork lists the gangs that have pending members, in a stable order.
 func pendingWork(snap *model.Snapshot) []*work {
 	var out []*work
-	for _, g := range snap.Gangs {
+	gangs := snap.Gangs
+	if snap.PendingGangs != nil {
+		gangs = make(map[model.GangID]*model.Gang, len(snap.PendingGangs))
+		for id := range snap.PendingGangs {
+			if g := snap.Gangs[id]; g != nil {
+				gangs[id] = g
+			}
+		}
+	}
+	for _, g := range gangs {
 		var pending []*model.Pod
 		bound := 0
 		for _, id := range g.Members {

@@ -63,7 +63,9 @@ func WritePlot(path, title string, xMin int, lines []PlotLine) error {
 	}
 	yStep := niceStep(yMax / 8)
 	yTop := math.Ceil(yMax/yStep) * yStep
-	px := func(x float64) int { return left + int(math.Round((x-float64(xMin))/float64(xMax-xMin)*float64(right-left))) }
+	px := func(x float64) int {
+		return left + int(math.Round((x-float64(xMin))/float64(xMax-xMin)*float64(right-left)))
+	}
 	py := func(y float64) int { return bottom - int(math.Round(y/yTop*float64(bottom-top))) }
 
 	// Grid, ticks and tick labels.

@@ -71,8 +71,10 @@ type PolicyReport struct {
 // Report is what `gantry sim openb --json` prints. Its top-level figures are those
 // of the first policy; with several policies, Policies holds each one's.
 type Report struct {
-	Nodes   string   `json:"nodes"`
-	Pods    string   `json:"pods"`
+	Nodes string `json:"nodes"`
+	Pods  string `json:"pods"`
+	// Remix is the --remix the trace was resampled with, if any.
+	Remix   string   `json:"remix,omitempty"`
 	GPUs    int64    `json:"gpus"`
 	Tasks   int      `json:"tasks"`
 	Policy  string   `json:"policy"`

@@ -24,14 +24,14 @@ func TestThroughput(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	results, err := Run(ctx, scenarios, Options{Scale: 0.1, Progress: testWriter{t}, WorkDir: t.TempDir()})
+	rep, err := Run(ctx, scenarios, Options{Scale: 0.1, Progress: testWriter{t}, WorkDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	WriteTable(&out, results)
+	WriteTable(&out, rep.Results, rep.Summary)
 	t.Log("\n" + out.String())
-	for _, r := range results {
+	for _, r := range rep.Results {
 		if r.Status != StatusOK || r.Bound != r.Pods {
 			t.Errorf("%s %s: %s, bound %d of %d", r.Scenario, r.Scheduler, r.Status, r.Bound, r.Pods)
 		}
@@ -107,15 +107,22 @@ func TestScaledKeepsWholeGangs(t *testing.T) {
 func TestCheckGoals(t *testing.T) {
 	s, _ := Select("b")
 	results := []Result{
-		{Scheduler: "kube-scheduler", Status: StatusOK, PodsPerSecond: 200, WallPodsPerSecond: 100},
-		{Scheduler: "gantry-scheduler", Status: StatusOK, PodsPerSecond: 900, WallPodsPerSecond: 300, HWMMiB: 600},
+		{Run: 1, Scheduler: "kube-scheduler", Status: StatusOK, PodsPerSecond: 200, WallPodsPerSecond: 100},
+		{Run: 1, Scheduler: "gantry-scheduler", Status: StatusOK, PodsPerSecond: 900, WallPodsPerSecond: 300, HWMMiB: 400},
+		{Run: 2, Scheduler: "kube-scheduler", Status: StatusOK, PodsPerSecond: 100, WallPodsPerSecond: 50},
+		{Run: 2, Scheduler: "gantry-scheduler", Status: StatusOK, PodsPerSecond: 300, WallPodsPerSecond: 100, HWMMiB: 600},
+		{Run: 3, Scheduler: "kube-scheduler", Status: StatusOK, PodsPerSecond: 150, WallPodsPerSecond: 80},
+		{Run: 3, Scheduler: "gantry-scheduler", Status: StatusOK, PodsPerSecond: 800, WallPodsPerSecond: 240, HWMMiB: 450},
 	}
-	checkGoals(s[0], 1, results)
-	g := results[1]
-	if g.Ratio != 4.5 || g.WallRatio != 3 {
-		t.Fatalf("ratio %v, wall ratio %v; want 4.5 and 3", g.Ratio, g.WallRatio)
+	sum := summarize(s[0], 1, results)
+	if results[1].Ratio != 4.5 || results[3].Ratio != 3 || results[3].WallRatio != 2 {
+		t.Fatalf("per-run ratios %v, %v (wall %v); want 4.5 and 3 (wall 2)", results[1].Ratio, results[3].Ratio, results[3].WallRatio)
 	}
-	if len(g.Goals) != 2 || !g.Goals[0].Met || g.Goals[1].Met {
-		t.Fatalf("goals %+v: want the ratio met and the memory missed", g.Goals)
+	// Medians: 150 and 800 pods/s.
+	if sum.Runs != 3 || sum.Ratio != 5.33 || sum.GantryMaxHWMMiB != 600 {
+		t.Fatalf("summary %+v: want 3 runs, ratio 5.33, worst memory 600", sum)
+	}
+	if len(sum.Goals) != 2 || !sum.Goals[0].Met || sum.Goals[1].Met {
+		t.Fatalf("goals %+v: want the ratio met and the memory missed", sum.Goals)
 	}
 }

@@ -26,7 +26,8 @@ func startGantryInProcess(ctx context.Context, base *rest.Config, qps int, cpuPr
 	cfg := rest.CopyConfig(base)
 	cfg.QPS, cfg.Burst = float32(qps), qps
 	cfg.UserAgent = string(Gantry)
-	// The binary talks JSON unless told otherwise; keep the same wire format.
+	// The harness's config asks for protobuf; leave the wire format to client-go's
+	// default, as cmd/scheduler does.
 	cfg.ContentType = ""
 	var cpuFile *os.File
 	if cpuProfile != "" {

@@ -221,3 +221,78 @@ func readProcMemory(pid int) (rss, hwm int64, err error) {
 	}
 	return rss, hwm, sc.Err()
 }
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times; 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
+
+// cpuSeconds reads a process's user plus system CPU time from /proc/PID/stat.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after it start past ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad utime or stime", pid)
+	}
+	return (utime + stime) / clockTicks, nil
+}
+
+// cpuMeter measures the CPU time processes spend between start and stop.
+type cpuMeter struct {
+	pids  map[string]int
+	start map[string]float64
+}
+
+func meterCPU(pids map[string]int) *cpuMeter {
+	m := &cpuMeter{pids: pids, start: map[string]float64{}}
+	for name, pid := range pids {
+		if s, err := cpuSeconds(pid); err == nil {
+			m.start[name] = s
+		}
+	}
+	return m
+}
+
+// used returns the CPU seconds each process spent since meterCPU.
+func (m *cpuMeter) used() map[string]float64 {
+	out := map[string]float64{}
+	for name, pid := range m.pids {
+		begin, ok := m.start[name]
+		if !ok {
+			continue
+		}
+		if s, err := cpuSeconds(pid); err == nil {
+			out[name] = s - begin
+		}
+	}
+	return out
+}
+
+// loadAverage is the machine's one-minute load average, to say how busy it was
+// (other work on the machine slows every run).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}

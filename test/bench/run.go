@@ -6,8 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -25,6 +28,11 @@ type Options struct {
 	Scale float64
 	// QPS is the client QPS and burst of both schedulers and of the harness.
 	QPS int
+	// Only, when set, runs just these of each scenario's schedulers.
+	Only []Scheduler
+	// Repeat runs every scenario this many times (1 when 0), alternating the
+	// schedulers, so that other work on the machine weighs on both alike.
+	Repeat int
 	// Workers is how many goroutines create nodes and pods.
 	Workers int
 	// RunTimeout bounds one scheduler's run from its start to the last bind.
@@ -35,7 +43,7 @@ type Options struct {
 	WorkDir string
 	// CPUProfile and HeapProfile, when set, run gantry-scheduler in this process
 	// (pkg/kube.Run) instead of its binary and write pprof profiles of the
-	// scheduling phase, with the file name prefixed by the scenario's name. Memory
+	// scheduling phase, with the file name prefixed by the scenario and run ("a-1-cpu.pprof"). Memory
 	// figures are then not reported for gantry.
 	CPUProfile, HeapProfile string
 	// Progress receives one line per step.
@@ -58,6 +66,9 @@ func (o *Options) defaults() error {
 	}
 	if o.QPS == 0 {
 		o.QPS = 5000
+	}
+	if o.Repeat == 0 {
+		o.Repeat = 1
 	}
 	if o.Workers == 0 {
 		o.Workers = 48
@@ -93,37 +104,54 @@ func (o *Options) logf(format string, args ...any) {
 }
 
 // Run runs each scenario with each of its schedulers and checks the goals. A run that
-// fails or times out becomes a result with a Status saying so; the error is only for
-// a harness that cannot start at all.
-func Run(ctx context.Context, scenarios []Scenario, opts Options) ([]Result, error) {
+// fails or times out becomes a result with a Status saying so; the error is for a
+// harness that cannot start or was interrupted (the report then holds what ran).
+func Run(ctx context.Context, scenarios []Scenario, opts Options) (*Report, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
 		return nil, err
 	}
-	opts.logf("logs in %s", opts.WorkDir)
-	var all []Result
+	rep := &Report{Started: time.Now().UTC(), Machine: describeMachine(), QPS: opts.QPS}
+	if opts.inProcessGantry() {
+		rep.Gantry = Binary{InProcess: true}
+	} else {
+		copyPath := filepath.Join(opts.WorkDir, "gantry-scheduler")
+		bin, err := snapshotBinary(opts.GantryBinary, copyPath)
+		if err != nil {
+			return nil, fmt.Errorf("copy %s: %w", opts.GantryBinary, err)
+		}
+		rep.Gantry, opts.GantryBinary = bin, copyPath
+	}
+	opts.logf("logs in %s; gantry-scheduler %s (sha256 %.12s, built %s)", opts.WorkDir, rep.Gantry.Path, rep.Gantry.SHA256, rep.Gantry.Built.Format(time.RFC3339))
 	for _, sc := range scenarios {
 		s := sc.Scaled(opts.Scale)
 		var results []Result
-		for _, sched := range s.Schedulers {
-			if ctx.Err() != nil {
-				break
+		for run := 1; run <= opts.Repeat; run++ {
+			for _, sched := range s.Schedulers {
+				if ctx.Err() != nil {
+					break
+				}
+				if len(opts.Only) > 0 && !slices.Contains(opts.Only, sched) {
+					continue
+				}
+				r := runOne(ctx, s, sched, run, opts)
+				opts.logf("%s run %d %s: %s, %d/%d bound, %.0f pods/s (first to last bind), %.0f pods/s from start, scheduler CPU %.1fs, load %.1f",
+					s.Name, run, sched.Label(), r.Status, r.Bound, r.Pods, r.PodsPerSecond, r.WallPodsPerSecond, r.SchedulerCPUSeconds, r.LoadAverage)
+				results = append(results, r)
 			}
-			r := runOne(ctx, s, sched, opts)
-			opts.logf("%s %s: %s, %d/%d bound, %.0f pods/s (first to last bind), %.0f pods/s from start", s.Name, sched.Label(), r.Status, r.Bound, r.Pods, r.PodsPerSecond, r.WallPodsPerSecond)
-			results = append(results, r)
 		}
-		checkGoals(s, opts.Scale, results)
-		all = append(all, results...)
+		rep.Summary = append(rep.Summary, summarize(s, opts.Scale, results))
+		rep.Results = append(rep.Results, results...)
 	}
-	return all, ctx.Err()
+	rep.Duration = round(time.Since(rep.Started).Seconds(), 1)
+	return rep, ctx.Err()
 }
 
 // runOne benchmarks one scheduler on a fresh control plane.
-func runOne(ctx context.Context, s Scenario, sched Scheduler, opts Options) Result {
-	r := Result{Scenario: s.Name, Scheduler: sched.Label(), Scale: opts.Scale, Nodes: s.Nodes, Pods: s.Pods, Status: StatusOK}
+func runOne(ctx context.Context, s Scenario, sched Scheduler, run int, opts Options) Result {
+	r := Result{Scenario: s.Name, Scheduler: sched.Label(), Run: run, Scale: opts.Scale, Nodes: s.Nodes, Pods: s.Pods, Status: StatusOK}
 	if err := benchmark(ctx, s, sched, opts, &r); err != nil {
 		r.Status = "error: " + err.Error()
 	}
@@ -131,7 +159,7 @@ func runOne(ctx context.Context, s Scenario, sched Scheduler, opts Options) Resu
 }
 
 func benchmark(ctx context.Context, s Scenario, sched Scheduler, opts Options, r *Result) (err error) {
-	logDir := filepath.Join(opts.WorkDir, s.Name+"-"+sched.Label())
+	logDir := filepath.Join(opts.WorkDir, fmt.Sprintf("%s-%d-%s", s.Name, r.Run, sched.Label()))
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
@@ -157,6 +185,80 @@ func benchmark(ctx context.Context, s Scenario, sched Scheduler, opts Options, r
 	}
 
 	setupStart := time.Now()
+	if err := populate(ctx, env, cfg, client, s, sched, opts); err != nil {
+		return err
+	}
+	r.SetupSeconds = round(time.Since(setupStart).Seconds(), 1)
+	// Let the API server and etcd finish the creation burst (compaction, watch
+	// fan-out) before the clock starts.
+	time.Sleep(2 * time.Second)
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	rec := newBindRecorder(s.Pods, s.GangSize)
+	ready := make(chan error, 1)
+	go rec.run(watchCtx, client, ready)
+	if err := <-ready; err != nil {
+		return err
+	}
+
+	opts.logf("%s %s: starting the scheduler on a backlog of %d pods", s.Name, sched.Label(), s.Pods)
+	r.LoadAverage = loadAverage()
+	components := env.PIDs()
+	cpu := meterCPU(map[string]int{"kube-apiserver": components["kube-apiserver"], "etcd": components["etcd"]})
+	start := time.Now()
+	var proc *process
+	var stopInProcess func() error
+	switch {
+	case sched == Gantry && opts.inProcessGantry():
+		prefix := fmt.Sprintf("%s-%d", s.Name, r.Run)
+		stopInProcess, err = startGantryInProcess(ctx, cfg, opts.QPS, profilePath(opts.CPUProfile, prefix), profilePath(opts.HeapProfile, prefix))
+	case sched == Gantry:
+		proc, err = startGantry(opts.GantryBinary, env.Kubeconfig, logDir, opts.QPS)
+	default:
+		proc, err = startKubeScheduler(filepath.Join(opts.BinDir, "kube-scheduler"), env.Kubeconfig, logDir, opts.QPS)
+	}
+	if err != nil {
+		return err
+	}
+	var mem *memorySampler
+	if proc != nil {
+		mem = sampleMemory(proc.pid(), 100*time.Millisecond)
+		defer proc.stop()
+	}
+
+	waitErr := waitBound(ctx, rec, proc, opts.RunTimeout, opts.StallTimeout)
+	st := rec.stats(start)
+	r.fill(st, s)
+	used := cpu.used()
+	r.APIServerCPUSeconds, r.EtcdCPUSeconds = round(used["kube-apiserver"], 1), round(used["etcd"], 1)
+	if proc != nil {
+		if secs, err := cpuSeconds(proc.pid()); err == nil {
+			r.SchedulerCPUSeconds = round(secs, 2)
+			if st.Bound > 0 {
+				r.CPUMillisPerPod = round((secs+used["kube-apiserver"]+used["etcd"])*1000/float64(st.Bound), 2)
+			}
+		}
+		rss, hwm := mem.finish()
+		r.PeakRSSMiB, r.HWMMiB = round(mib(rss), 1), round(mib(hwm), 1)
+	}
+	if stopInProcess != nil {
+		if err := stopInProcess(); err != nil {
+			opts.logf("%s %s: in-process scheduler: %v", s.Name, sched.Label(), err)
+		}
+	}
+	switch {
+	case waitErr != nil:
+		r.Status = waitErr.Error()
+	case proc != nil && proc.exited() != nil:
+		r.Status = proc.exited().Error()
+	}
+	return inspect(ctx, client, s, sched, logDir, r)
+}
+
+// populate creates the namespace, nodes, the backlog of pods and, for DRA, the
+// device class, slices and claims, then warms the API server's watch caches.
+func populate(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kubernetes.Interface, s Scenario, sched Scheduler, opts Options) error {
 	if err := env.CreateNamespace(ctx, Namespace); err != nil {
 		return err
 	}
@@ -179,88 +281,60 @@ func benchmark(ctx context.Context, s Scenario, sched Scheduler, opts Options, r
 	if err := createPods(ctx, client, s, sched, opts.Workers); err != nil {
 		return err
 	}
-	opts.logf("%s %s: %d nodes, then %d pods created in %.1fs (%.0f pods/s)", s.Name, sched.Label(), s.Nodes, s.Pods,
-		time.Since(podsStart).Seconds(), float64(s.Pods)/time.Since(podsStart).Seconds())
+	took := time.Since(podsStart).Seconds()
+	opts.logf("%s %s: %d nodes, then %d pods created in %.1fs (%.0f pods/s)", s.Name, sched.Label(), s.Nodes, s.Pods, took, float64(s.Pods)/took)
 	if s.DRA {
 		if err := waitClaimsCreated(ctx, client, s.Pods, 3*time.Minute); err != nil {
 			return err
 		}
 	}
-	r.SetupSeconds = time.Since(setupStart).Seconds()
-	// Let the API server and etcd finish the creation burst (compaction, watch
-	// fan-out) before the clock starts.
-	time.Sleep(2 * time.Second)
+	return warmCRDWatchCaches(ctx, cfg)
+}
 
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	rec := newBindRecorder(s.Pods, s.GangSize)
-	ready := make(chan error, 1)
-	go rec.run(watchCtx, client, ready)
-	if err := <-ready; err != nil {
+// inspect reads what the scheduler left behind: the Events it wrote (counted, and
+// listed in LOGDIR/events.txt) and whether its placements are valid.
+func inspect(ctx context.Context, client kubernetes.Interface, s Scenario, sched Scheduler, logDir string, r *Result) error {
+	evs, err := client.CoreV1().Events(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list events: %w", err)
+	}
+	r.Events = len(evs.Items)
+	r.EventReasons = map[string]int{}
+	var lines strings.Builder
+	for _, ev := range evs.Items {
+		r.EventReasons[ev.Reason] += int(max(ev.Count, 1))
+		fmt.Fprintf(&lines, "%s %s %s: %s\n", ev.LastTimestamp.Format(time.RFC3339), ev.InvolvedObject.Name, ev.Reason, ev.Message)
+	}
+	if err := os.WriteFile(filepath.Join(logDir, "events.txt"), []byte(lines.String()), 0o644); err != nil {
 		return err
 	}
-
-	opts.logf("%s %s: starting the scheduler on a backlog of %d pods", s.Name, sched.Label(), s.Pods)
-	start := time.Now()
-	var proc *process
-	var mem *memorySampler
-	var stopInProcess func() error
-	switch {
-	case sched == Gantry && opts.inProcessGantry():
-		stopInProcess, err = startGantryInProcess(ctx, cfg, opts.QPS, profilePath(opts.CPUProfile, s.Name), profilePath(opts.HeapProfile, s.Name))
-	case sched == Gantry:
-		proc, err = startGantry(opts.GantryBinary, env.Kubeconfig, logDir, opts.QPS)
-	default:
-		proc, err = startKubeScheduler(filepath.Join(opts.BinDir, "kube-scheduler"), env.Kubeconfig, logDir, opts.QPS)
-	}
+	check, err := validatePlacement(ctx, client, s)
 	if err != nil {
 		return err
 	}
-	if proc != nil {
-		mem = sampleMemory(proc.pid(), 100*time.Millisecond)
-		defer proc.stop()
+	if len(check.Violations) > 0 {
+		r.Status = "invalid placement: " + strings.Join(check.Violations, "; ")
 	}
-	waitErr := waitBound(ctx, rec, proc, opts.RunTimeout, opts.StallTimeout)
-	st := rec.stats(start)
-	if mem != nil {
-		rss, hwm := mem.finish()
-		r.PeakRSSMiB, r.HWMMiB = mib(rss), mib(hwm)
+	if !s.DRA {
+		return nil
 	}
-	if stopInProcess != nil {
-		if err := stopInProcess(); err != nil {
-			opts.logf("%s %s: in-process scheduler: %v", s.Name, sched.Label(), err)
-		}
-	}
-	r.fill(st, s)
-	if waitErr != nil {
-		r.Status = waitErr.Error()
-	}
-	if s.DRA {
-		allocated, reserved, err := claimsAllocated(ctx, client)
-		if err != nil {
-			return err
-		}
-		r.ClaimsAllocated, r.ClaimsReserved = &allocated, &reserved
-		if r.Bound > 0 && allocated < r.Bound {
-			// Binding a DRA pod without allocating its claim is not scheduling it: the
-			// kubelet would refuse it.
-			r.Status = fmt.Sprintf("%s: %d pods bound but only %d claims allocated (DRA allocation not supported)", StatusNotSupported, r.Bound, allocated)
-		} else if r.Bound == 0 && sched == Gantry {
-			r.Status = fmt.Sprintf("%s: bound none of %d DRA pods (%s)", StatusNotSupported, s.Pods, r.Status)
-		}
-	}
-	if proc != nil {
-		if err := proc.exited(); err != nil {
-			r.Status = err.Error()
-		}
+	r.ClaimsAllocated, r.ClaimsReserved = &check.ClaimsAllocated, &check.ClaimsReserved
+	switch {
+	case len(check.Violations) > 0:
+	case r.Bound > 0 && check.ClaimsAllocated < r.Bound:
+		// Binding a DRA pod without allocating its claim is not scheduling it: the
+		// kubelet would refuse it.
+		r.Status = fmt.Sprintf("%s: %d bound, %d claims allocated", StatusNotSupported, r.Bound, check.ClaimsAllocated)
+	case r.Bound == 0 && sched == Gantry:
+		r.Status = fmt.Sprintf("%s: bound none of %d DRA pods (%s)", StatusNotSupported, s.Pods, r.Status)
 	}
 	return nil
 }
 
 // waitBound waits until every pod is bound, and fails when the scheduler exits, the
 // run takes longer than timeout, or no pod is bound for stall.
-func waitBound(ctx context.Context, rec *bindRecorder, proc *process, timeout, stall time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func waitBound(parent context.Context, rec *bindRecorder, proc *process, timeout, stall time.Duration) error {
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var exited <-chan struct{}
 	if proc != nil {
@@ -276,6 +350,9 @@ func waitBound(ctx context.Context, rec *bindRecorder, proc *process, timeout, s
 		case <-exited:
 			return proc.exited()
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("interrupted: bound %d of %d: %w", rec.count(), rec.want, context.Cause(parent))
+			}
 			return fmt.Errorf("%s: bound %d of %d in %s", StatusTimeout, rec.count(), rec.want, timeout)
 		case <-tick.C:
 		}

@@ -28,6 +28,23 @@ func (s Scheduler) Label() string {
 	return string(s)
 }
 
+// ParseSchedulers reads a comma-separated list of "gantry" and "kube" (or the
+// schedulers' full names).
+func ParseSchedulers(list string) ([]Scheduler, error) {
+	var out []Scheduler
+	for _, n := range strings.Split(list, ",") {
+		switch strings.TrimSpace(n) {
+		case "gantry", "gantry-scheduler":
+			out = append(out, Gantry)
+		case "kube", "kube-scheduler", "default-scheduler":
+			out = append(out, KubeScheduler)
+		default:
+			return nil, fmt.Errorf("unknown scheduler %q: choose gantry or kube", n)
+		}
+	}
+	return out, nil
+}
+
 // Scenario is one declarative workload.
 type Scenario struct {
 	// Name selects the scenario on the command line ("a", "b", …).
@@ -128,6 +145,7 @@ func (s Scenario) Scaled(factor float64) Scenario {
 	s.Nodes = max(1, int(math.Round(float64(s.Nodes)*factor)))
 	unit := max(1, s.GangSize)
 	s.Pods = max(unit, int(math.Round(float64(s.Pods)*factor/float64(unit)))*unit)
+	s.Title = fmt.Sprintf("%s, scaled by %g to %d nodes and %d pods", s.Title, factor, s.Nodes, s.Pods)
 	return s
 }
 

@@ -10,10 +10,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
@@ -107,7 +113,9 @@ func createNodes(ctx context.Context, client kubernetes.Interface, s Scenario, w
 // checkNodesUntainted fails if any node carries a taint, which would make the pods
 // unschedulable (or, for DRA, untolerated).
 func checkNodesUntainted(ctx context.Context, client kubernetes.Interface, want int) error {
-	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	// A consistent read: the watch cache (ResourceVersion "0") may not show the last
+	// patches yet.
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
@@ -267,20 +275,117 @@ func waitClaimsCreated(ctx context.Context, client kubernetes.Interface, want in
 	}
 }
 
-// claimsAllocated counts the ResourceClaims that are allocated and reserved for a pod:
-// a DRA pod bound without that would not start.
-func claimsAllocated(ctx context.Context, client kubernetes.Interface) (allocated, reserved int, err error) {
+// placementCheck is what validatePlacement found.
+type placementCheck struct {
+	// ClaimsAllocated and ClaimsReserved count DRA claims with an allocation and with
+	// a consumer.
+	ClaimsAllocated, ClaimsReserved int
+	// Violations says what is wrong, one kind a line with a count and an example.
+	Violations []string
+}
+
+// validatePlacement checks that no node got more one-GPU pods than it has GPUs and,
+// for DRA, that no device is allocated twice and each claim's device is on its pod's
+// node: a fast scheduler that overcommits has not scheduled.
+func validatePlacement(ctx context.Context, client kubernetes.Interface, s Scenario) (placementCheck, error) {
+	var out placementCheck
+	pods, err := client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out, fmt.Errorf("list pods: %w", err)
+	}
+	violations := map[string][]string{}
+	var kinds []string
+	violate := func(kind, example string) {
+		if violations[kind] == nil {
+			kinds = append(kinds, kind)
+		}
+		violations[kind] = append(violations[kind], example)
+	}
+	defer func() {
+		for _, k := range kinds {
+			out.Violations = append(out.Violations, fmt.Sprintf("%d× %s (e.g. %s)", len(violations[k]), k, violations[k][0]))
+		}
+	}()
+	perNode := map[string]int{}
+	nodeOf := map[string]string{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			perNode[p.Spec.NodeName]++
+			nodeOf[p.Name] = p.Spec.NodeName
+		}
+	}
+	for n, c := range perNode {
+		if c > s.GPUsPerNode {
+			violate("node with more one-GPU pods than GPUs", fmt.Sprintf("%s has %d", n, c))
+		}
+	}
+	if !s.DRA {
+		return out, nil
+	}
 	claims, err := client.ResourceV1().ResourceClaims(Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return 0, 0, fmt.Errorf("list ResourceClaims: %w", err)
+		return out, fmt.Errorf("list ResourceClaims: %w", err)
 	}
+	holder := map[string]string{}
 	for _, c := range claims.Items {
-		if c.Status.Allocation != nil {
-			allocated++
-		}
 		if len(c.Status.ReservedFor) > 0 {
-			reserved++
+			out.ClaimsReserved++
+		}
+		if c.Status.Allocation == nil {
+			continue
+		}
+		out.ClaimsAllocated++
+		for _, d := range c.Status.Allocation.Devices.Results {
+			dev := d.Pool + "/" + d.Device
+			if other, dup := holder[dev]; dup {
+				violate("device allocated to two claims", fmt.Sprintf("%s to %s and %s", dev, other, c.Name))
+			}
+			holder[dev] = c.Name
+			for _, ref := range c.Status.ReservedFor {
+				if node := nodeOf[ref.Name]; ref.Resource == "pods" && node != "" && node != d.Pool {
+					violate("claim whose device is not on its pod's node", fmt.Sprintf("%s has %s, pod %s is on %s", c.Name, dev, ref.Name, node))
+				}
+			}
 		}
 	}
-	return allocated, reserved, nil
+	return out, nil
+}
+
+// warmCRDWatchCaches lists and watches every installed CRD once, as its controllers
+// would have on a cluster that has been up for a while. On a fresh API server the
+// first watch of a custom resource is answered "429, retry after 1s" while its watch
+// cache starts; without this, gantry-scheduler (which watches its CRDs) would pay that
+// second at every benchmark start and kube-scheduler (which watches none) would not.
+func warmCRDWatchCaches(ctx context.Context, cfg *rest.Config) error {
+	ext, err := apiextensions.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	crds, err := ext.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list CRDs: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	var synced []cache.InformerSynced
+	for _, crd := range crds.Items {
+		for _, v := range crd.Spec.Versions {
+			if v.Served {
+				gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}
+				synced = append(synced, factory.ForResource(gvr).Informer().HasSynced)
+			}
+		}
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("watch caches of %d custom resources not ready after 30s", len(synced))
+	}
+	cancel()
+	return nil
 }

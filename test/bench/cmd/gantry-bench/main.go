@@ -14,21 +14,21 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gantry-dev/gantry/test/bench"
-	"github.com/gantry-dev/gantry/test/testenv"
 )
 
 func main() {
 	var (
 		scenarios = flag.String("scenarios", "all", "comma-separated scenarios to run: a, b, c, d, or all")
+		only      = flag.String("schedulers", "", "run only these schedulers of each scenario: gantry, kube (default: the scenario's)")
 		scale     = flag.Float64("scale", 1, "multiply every scenario's nodes and pods by this (0.1 for a quick run)")
 		qps       = flag.Int("qps", 5000, "client QPS and burst of both schedulers and of the harness")
 		workers   = flag.Int("workers", 48, "goroutines creating nodes and pods")
+		repeat    = flag.Int("repeat", 1, "run every scenario this many times, alternating the schedulers; medians decide the goals")
 		binDir    = flag.String("bin", "", "directory of kube-apiserver, etcd, kube-scheduler… (default: $GANTRY_BIN_DIR or bin/)")
 		gantry    = flag.String("gantry-scheduler", "", "gantry-scheduler binary (default: BIN/gantry-scheduler)")
 		runTO     = flag.Duration("run-timeout", 5*time.Minute, "longest one scheduler may take to bind a scenario's pods")
@@ -40,11 +40,19 @@ func main() {
 		heapProf  = flag.String("heapprofile", "", "run gantry-scheduler in-process and write a heap profile at the last bind to SCENARIO-FILE")
 	)
 	flag.Parse()
-	if err := run(*scenarios, *jsonOut, *timeout, bench.Options{
-		BinDir: *binDir, GantryBinary: *gantry, Scale: *scale, QPS: *qps, Workers: *workers,
+	opts := bench.Options{
+		BinDir: *binDir, GantryBinary: *gantry, Scale: *scale, QPS: *qps, Workers: *workers, Repeat: *repeat,
 		RunTimeout: *runTO, StallTimeout: *stallTO, WorkDir: *workDir,
 		CPUProfile: *cpuProf, HeapProfile: *heapProf, Progress: os.Stderr,
-	}); err != nil {
+	}
+	if *only != "" {
+		var err error
+		if opts.Only, err = bench.ParseSchedulers(*only); err != nil {
+			fmt.Fprintln(os.Stderr, "gantry-bench:", err)
+			os.Exit(2)
+		}
+	}
+	if err := run(*scenarios, *jsonOut, *timeout, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "gantry-bench:", err)
 		os.Exit(1)
 	}
@@ -59,27 +67,15 @@ func run(names, jsonOut string, timeout time.Duration, opts bench.Options) error
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	started := time.Now()
-	results, runErr := bench.Run(ctx, scenarios, opts)
+	rep, runErr := bench.Run(ctx, scenarios, opts)
+	if rep == nil {
+		return runErr
+	}
 	fmt.Println()
-	bench.WriteTable(os.Stdout, results)
+	bench.WriteTable(os.Stdout, rep.Results, rep.Summary)
 	if jsonOut != "" {
-		gantryBin := opts.GantryBinary
-		if gantryBin == "" {
-			dir := opts.BinDir
-			if dir == "" {
-				if dir, err = testenv.BinDir(); err != nil {
-					return err
-				}
-			}
-			gantryBin = filepath.Join(dir, "gantry-scheduler")
-		}
-		rep := bench.Report{
-			Started: started.UTC(), Command: strings.Join(os.Args, " "), Machine: bench.DescribeMachine(),
-			Gantry: bench.DescribeBinary(gantryBin), QPS: opts.QPS, Results: results,
-			Duration: time.Since(started).Seconds(),
-		}
-		if err := bench.WriteJSON(jsonOut, rep); err != nil {
+		rep.Command = strings.Join(os.Args, " ")
+		if err := bench.WriteJSON(jsonOut, *rep); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,83 @@
+package placement
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// benchCluster is n nodes of 8 80 GB GPUs, 128 cores and 1 TiB each.
+func benchCluster(n int) *model.Snapshot {
+	s := model.NewSnapshot()
+	for i := 0; i < n; i++ {
+		node := &model.Node{
+			Name:        fmt.Sprintf("node-%05d", i),
+			Allocatable: model.Resources{MilliCPU: 128_000, MemoryBytes: 1 << 40, Pods: 110},
+		}
+		for g := 0; g < 8; g++ {
+			node.GPUs = append(node.GPUs, model.GPU{Index: g, Model: "H100", MemoryBytes: 80 << 30, LiveFreeBytes: model.UnknownBytes, Healthy: true})
+		}
+		s.AddNode(node)
+	}
+	return s
+}
+
+// benchPlace places pods round-robin until b.N placements, starting over on an empty
+// view whenever the cluster fills up, and reports placements per second.
+func benchPlace(b *testing.B, nodes int, pods []*model.Pod) {
+	s := benchCluster(nodes)
+	p, err := New("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.SetWorkload(ShapesOf(pods))
+	v := NewView(s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pod := pods[i%len(pods)]
+		pl, u := p.PlacePod(v, pod)
+		if u != nil {
+			b.StopTimer()
+			v = NewView(s)
+			b.StartTimer()
+			continue
+		}
+		v.Assign(pod, pl)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "placements/s")
+}
+
+func BenchmarkPlacePod5000x8(b *testing.B) {
+	benchPlace(b, 5000, []*model.Pod{gpuPod("p", 1, 4000, 16<<30)})
+}
+
+func BenchmarkPlacePodMixed5000x8(b *testing.B) {
+	pods := []*model.Pod{
+		gpuPod("one", 1, 4000, 16<<30),
+		sharePod("half", 500, 2000, 8<<30),
+		gpuPod("two", 2, 8000, 32<<30),
+		sharePod("quarter", 250, 1000, 4<<30),
+		cpuPod("cpu", 2000, 4<<30),
+	}
+	benchPlace(b, 5000, pods)
+}
+
+func BenchmarkPlaceGang5000x8(b *testing.B) {
+	s := benchCluster(5000)
+	p, _ := New("")
+	gang := make([]*model.Pod, 4)
+	for i := range gang {
+		gang[i] = gpuPod(fmt.Sprintf("worker-%d", i), 8, 64000, 512<<30)
+	}
+	v := NewView(s)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, u := p.PlaceGang(v, gang); u != nil {
+			b.StopTimer()
+			v = NewView(s)
+			b.StartTimer()
+		}
+	}
+}

@@ -1,0 +1,254 @@
+package sim
+
+import (
+	"context"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeFile writes a test file into dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// tinyCluster is two T4 nodes, 4 + 2 GPUs, columns in an unusual order with one the
+// replay does not know.
+const tinyNodes = `model,gpu,sn,memory_mib,cpu_milli,rack
+T4,4,node-a,131072,32000,r1
+T4,2,node-b,65536,16000,r2
+`
+
+func TestLoadByHeaderName(t *testing.T) {
+	dir := t.TempDir()
+	nodes, err := LoadNodes(writeFile(t, dir, "nodes.csv", tinyNodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 2 || nodes[0].Name != "node-a" || len(nodes[0].GPUs) != 4 || nodes[0].Allocatable.MilliCPU != 32000 ||
+		nodes[0].Allocatable.MemoryBytes != 131072<<20 || nodes[1].GPUs[1].Model != "T4" {
+		t.Fatalf("nodes = %+v", nodes)
+	}
+	// No gpu_spec, qos or time columns; a float-formatted integer.
+	tasks, err := LoadTasks(writeFile(t, dir, "pods.csv", "num_gpu,name,cpu_milli,memory_mib,gpu_milli\n1,p0,4000,1024,1000.0\n1,p1,2000,512,250\n0,p2,1000,256,0\n2,p3,8000,2048,\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Task{
+		{Name: "p0", MilliCPU: 4000, MemoryBytes: 1 << 30, NumGPU: 1, GPUMilli: 1000},
+		{Name: "p1", MilliCPU: 2000, MemoryBytes: 512 << 20, NumGPU: 1, GPUMilli: 250},
+		{Name: "p2", MilliCPU: 1000, MemoryBytes: 256 << 20},
+		{Name: "p3", MilliCPU: 8000, MemoryBytes: 2 << 30, NumGPU: 2, GPUMilli: 1000},
+	}
+	for i := range want {
+		if tasks[i].Name != want[i].Name || tasks[i].MilliCPU != want[i].MilliCPU || tasks[i].MemoryBytes != want[i].MemoryBytes ||
+			tasks[i].NumGPU != want[i].NumGPU || tasks[i].GPUMilli != want[i].GPUMilli || tasks[i].Models != nil {
+			t.Errorf("task %d = %+v, want %+v", i, tasks[i], want[i])
+		}
+	}
+	if p := tasks[1].Pod(); p.GPU.FractionMilli != 250 || p.GPU.Count != 1 || !p.GPU.Shared() {
+		t.Errorf("share task as a pod = %+v", p.GPU)
+	}
+	if p := tasks[3].Pod(); !p.GPU.Whole() || p.GPU.Count != 2 {
+		t.Errorf("2-GPU task as a pod = %+v", p.GPU)
+	}
+
+	withSpec, err := LoadTasks(writeFile(t, dir, "spec.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1000,1,1,1000,V100M16|V100M32\n"))
+	if err != nil || len(withSpec[0].Models) != 2 || withSpec[0].Models[1] != "V100M32" {
+		t.Fatalf("gpu_spec = %+v, %v", withSpec, err)
+	}
+
+	_, err = LoadTasks(writeFile(t, dir, "bad.csv", "name,cpu,memory_mib\np,1,1\n"))
+	if err == nil || !strings.Contains(err.Error(), `missing column "cpu_milli"`) {
+		t.Fatalf("missing column error = %v", err)
+	}
+}
+
+func TestArrivalOrderInflatesByResampling(t *testing.T) {
+	tasks := []Task{{Name: "a", NumGPU: 1, GPUMilli: 1000}, {Name: "b", NumGPU: 1, GPUMilli: 500}, {Name: "c"}, {Name: "d", NumGPU: 2, GPUMilli: 1000}}
+	const target = 13000
+	order := arrivalOrder(tasks, 42, target)
+	seen := map[int]bool{}
+	for _, i := range order[:len(tasks)] {
+		seen[i] = true
+	}
+	if len(seen) != len(tasks) {
+		t.Fatalf("the first %d arrivals %v are not a shuffle of all tasks", len(tasks), order[:len(tasks)])
+	}
+	var requested int64
+	for k, i := range order {
+		if k == len(order)-1 && requested >= target {
+			t.Fatalf("kept drawing after reaching the target: %v", order)
+		}
+		requested += tasks[i].RequestedGPUMilli()
+	}
+	if requested < target {
+		t.Fatalf("requested %d milli, want at least %d", requested, target)
+	}
+	if again := arrivalOrder(tasks, 42, target); !equal(again, order) {
+		t.Fatal("the same seed gave another order")
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestReplayTinyTrace(t *testing.T) {
+	dir := t.TempDir()
+	nodes, _ := LoadNodes(writeFile(t, dir, "nodes.csv", tinyNodes))
+	// Six one-GPU tasks fill the six GPUs exactly; what arrives beyond fails.
+	tasks, _ := LoadTasks(writeFile(t, dir, "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"+
+		"p0,2000,1024,1,1000\np1,2000,1024,1,1000\np2,2000,1024,1,1000\np3,2000,1024,1,1000\np4,2000,1024,1,1000\np5,2000,1024,1,1000\n"))
+	cfg := Config{Nodes: nodes, Tasks: tasks, Policies: []string{"fgd", "bestfit"}, Seeds: []uint64{1, 2}, Inflate: 1.3}
+	result, err := Replay(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(result.Runs) != 4 || result.CapacityMilli != 6000 {
+		t.Fatalf("runs = %d, capacity = %d", len(result.Runs), result.CapacityMilli)
+	}
+	for _, run := range result.Runs {
+		if run.Placed != 6 || run.Failed != run.Tasks-6 || run.Tasks != 8 {
+			t.Errorf("%s seed %d: placed %d, failed %d of %d, want 6 placed of 8", run.Policy, run.Seed, run.Placed, run.Failed, run.Tasks)
+		}
+		if run.Unallocated[100] != 0 || run.Unallocated[130] != 0 {
+			t.Errorf("%s seed %d: unallocated at 100%% and 130%% = %v, %v, want 0", run.Policy, run.Seed, run.Unallocated[100], run.Unallocated[130])
+		}
+		for x, u := range run.Unallocated {
+			if math.IsNaN(u) || u < 0 || u > 100 || (x <= 100 && u > 100-float64(x)) {
+				t.Fatalf("%s seed %d: unallocated at %d%% = %v", run.Policy, run.Seed, x, u)
+			}
+		}
+	}
+
+	rep := NewReport(cfg, result, "nodes.csv", "pods.csv")
+	for _, key := range []string{"90", "95", "100", "110", "120", "130"} {
+		if _, ok := rep.UnallocatedPct[key]; !ok {
+			t.Errorf("report lacks unallocated_pct[%q]", key)
+		}
+	}
+	if rep.Policy != "fgd" || len(rep.PerSeed) != 2 || rep.PerSeed["2"]["100"] != 0 || len(rep.Policies) != 2 {
+		t.Errorf("report = %+v", rep)
+	}
+
+	out := t.TempDir()
+	curves := Curves(result)
+	if err := WriteCSV(out, "tiny", cfg.Inflate, curves); err != nil {
+		t.Fatal(err)
+	}
+	summary, _ := os.ReadFile(filepath.Join(out, "summary.csv"))
+	if !strings.HasPrefix(string(summary), "workload,policy,arrived_pct,unallocated_pct_mean,unallocated_pct_sd,n_seeds\ntiny,fgd,90,") {
+		t.Errorf("summary.csv = %q", summary)
+	}
+}
+
+func TestReplayRejectsUnknownPolicy(t *testing.T) {
+	_, err := Replay(context.Background(), Config{Tasks: []Task{{Name: "a"}}, Policies: []string{"nope"}, Inflate: 1})
+	if err == nil || !strings.Contains(err.Error(), "valid policies") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func TestWritePlot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plot.png")
+	y := make([]float64, 131)
+	for x := range y {
+		y[x] = math.Max(100-float64(x), 5)
+	}
+	lines := []PlotLine{{Label: "fgd", Y: y}, {Label: "FGD (published)", Points: map[int]float64{90: 10, 100: 4.8, 130: 4.6}}}
+	if err := WritePlot(path, "test", 80, lines); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != plotWidth || b.Dy() != plotHeight {
+		t.Fatalf("plot is %v", b)
+	}
+	first := plotColors[0]
+	found := false
+	for yy := 0; yy < plotHeight && !found; yy++ {
+		for xx := 0; xx < plotWidth; xx++ {
+			r, g, b, _ := img.At(xx, yy).RGBA()
+			if uint8(r>>8) == first.R && uint8(g>>8) == first.G && uint8(b>>8) == first.B {
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the first line's colour appears nowhere in the plot")
+	}
+}
+
+func TestRemix(t *testing.T) {
+	dir := t.TempDir()
+	nodes, _ := LoadNodes(writeFile(t, dir, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nbig,64000,1,8,A\nsmall,64000,1,1,B\n"))
+	var tasks []Task
+	for i := 0; i < 200; i++ {
+		tasks = append(tasks, Task{Name: "one", NumGPU: 1, GPUMilli: 1000}, Task{Name: "share", NumGPU: 1, GPUMilli: 300},
+			Task{Name: "four", NumGPU: 4, GPUMilli: 1000}, Task{Name: "cpu"})
+	}
+	multi, err := Remix(tasks, nodes, "multigpu", 1, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuOnly := 0
+	for _, task := range multi {
+		if task.NumGPU == 0 {
+			cpuOnly++
+		} else if task.NumGPU < 2 {
+			t.Fatalf("multigpu=1 kept a %d-GPU task", task.NumGPU)
+		}
+	}
+	if len(multi) != len(tasks) || cpuOnly != 200 {
+		t.Fatalf("remix changed the size (%d) or the CPU-only tasks (%d)", len(multi), cpuOnly)
+	}
+
+	spec, err := Remix(tasks, nodes, "gpuspec", 1, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := map[string]int{}
+	for _, task := range spec {
+		if task.NumGPU == 0 {
+			continue
+		}
+		if len(task.Models) != 1 {
+			t.Fatalf("gpuspec=1 left a GPU task with models %v", task.Models)
+		}
+		if task.NumGPU > 1 && task.Models[0] != "A" {
+			t.Fatalf("a %d-GPU task was restricted to model %s, whose nodes have 1 GPU", task.NumGPU, task.Models[0])
+		}
+		models[task.Models[0]]++
+	}
+	if models["A"] == 0 || models["B"] == 0 {
+		t.Fatalf("models drawn = %v, want both", models)
+	}
+	if _, _, err := ParseRemix("multigpu=2"); err == nil {
+		t.Fatal("ParseRemix accepted a fraction above 1")
+	}
+}
