@@ -19,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test test-deps unit integration tools generate lint bench run clean-tools gpu-smoke
+.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick run clean-tools gpu-smoke
 
 all: build
 
@@ -110,9 +110,16 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-## bench: the core's benchmarks (placement speed) and the openb trace replay.
-bench:
+## bench: the core's benchmarks (placement, victim search), the seed's preemption
+## latency, then scheduler throughput against kube-scheduler (test/bench, ~16 min).
+bench: tools build
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) test -run '^$$' -bench SeedPreemption -benchtime 20x ./test/e2e
+	$(GO) run ./test/bench/cmd/gantry-bench -repeat 3 -json $(BIN)/bench-throughput.json
+
+## bench-quick: throughput scenarios a and c at a tenth of their size (~2 min).
+bench-quick: tools build
+	$(GO) run ./test/bench/cmd/gantry-bench -scenarios a,c -scale 0.1
 
 ## run: the sandbox cluster with the seed scenario.
 run:
