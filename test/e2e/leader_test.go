@@ -86,4 +86,3 @@ func TestLeaderElectionFailover(t *testing.T) {
 		t.Errorf("Lease holder after failover = %q, want the other replica (was %q)", h, first)
 	}
 }
-
