@@ -46,6 +46,7 @@ func runSimOpenb(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	outDir := fs.String("out", "", "write curves.csv, summary.csv and unallocated.png into this directory")
 	publishedPath := fs.String("published", openbDefault("published_unallocated_gpu_pct.csv"), "published results to compare with (empty: none)")
 	workers := fs.Int("workers", 0, "seeds replayed at once (0: one per CPU)")
+	remix := fs.String("remix", "", "resample the trace into another mix first: multigpu=F, gpushare=F or gpuspec=F (F: fraction of GPU tasks)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gantry sim openb [flags]")
 		fmt.Fprintln(stderr, "\nReplays the openb trace with the published protocol (shuffle per seed, inflate by")
@@ -84,6 +85,18 @@ func runSimOpenb(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("load pods: %w", err)
 	}
+	workload := strings.TrimSuffix(filepath.Base(*podsPath), filepath.Ext(*podsPath))
+	if *remix != "" {
+		kind, fraction, err := sim.ParseRemix(*remix)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		// One fixed seed: the remixed trace is the same for every replay seed.
+		if tasks, err = sim.Remix(tasks, nodes, kind, fraction, 1); err != nil {
+			return err
+		}
+		workload += "+" + *remix
+	}
 	cfg := sim.Config{Nodes: nodes, Tasks: tasks, Policies: policies, Seeds: seeds, Inflate: *inflate, Workers: *workers}
 	if isTerminal(stderr) {
 		bar := &progressBar{w: stderr}
@@ -97,9 +110,8 @@ func runSimOpenb(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	wall := time.Since(start).Seconds()
 
-	workload := strings.TrimSuffix(filepath.Base(*podsPath), filepath.Ext(*podsPath))
 	var published []sim.Published
-	if *publishedPath != "" {
+	if *publishedPath != "" && *remix == "" {
 		if published, err = sim.LoadPublished(*publishedPath, workload); err != nil {
 			return fmt.Errorf("load published results: %w", err)
 		}
@@ -112,6 +124,7 @@ func runSimOpenb(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *asJSON {
 		rep := sim.NewReport(cfg, result, *nodesPath, *podsPath)
+		rep.Remix = *remix
 		rep.WallSeconds = math.Round(wall*10) / 10
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -3,11 +3,8 @@ package placement
 import (
 	"cmp"
 	"fmt"
-	"math"
-	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -42,6 +39,9 @@ type policy interface {
 	// rank scores node n, which can take the pod (lower is better), and says which
 	// GPU a single share would take there (-1 when bindGPUs decides).
 	rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (rank, int)
+	// weighsScarcity reports whether the mix is weighed by how few nodes each shape
+	// fits (see Placer.adaptTo).
+	weighsScarcity() bool
 }
 
 // rank orders candidate nodes: lower is better, compared element by element.
@@ -57,9 +57,12 @@ func (r rank) less(o rank) bool {
 }
 
 // Placer chooses nodes and GPUs for pods under one scoring policy. It caches what
-// it computed about each node, keyed by the node's pointer (a View never changes a
-// node in place), so placing many pods rescoring only the nodes that changed is
-// cheap. A Placer is not safe for concurrent use; use one per goroutine.
+// it computed about each node, keyed by the node's pointer, so that placing many pods
+// rescores only the nodes that changed. A View never changes a node in place; code
+// that changes a node outside a View must likewise put a new *model.Node in the
+// snapshot (Snapshot.AddNode) rather than edit the old one, or a Placer may go on
+// using what it computed for the old state. A Placer is not safe for concurrent use;
+// use one per goroutine.
 type Placer struct {
 	policyName string
 	policy     policy
@@ -141,12 +144,14 @@ func New(policyName string) (*Placer, error) {
 func (p *Placer) Policy() string { return p.policyName }
 
 // SetWorkload sets the observed mix of pod shapes that fragmentation is measured
-// against. An empty mix restores DefaultWorkload.
+// against (ShapesOf makes one from pods). An empty mix restores DefaultWorkload.
+// The default policy further weighs each shape by how few nodes of the cluster it
+// fits, once per snapshot it places on.
 func (p *Placer) SetWorkload(shapes []Shape) {
 	if len(shapes) == 0 {
 		shapes = DefaultWorkload()
 	}
-	p.shapes = shapes
+	p.shapes = append([]Shape(nil), shapes...)
 	p.scarcityOf = nil
 	p.workload = p.policy.compile(shapes)
 	p.generation++
@@ -235,18 +240,22 @@ func (p *Placer) PlaceGang(v *View, pods []*model.Pod) ([]Placement, *Unschedula
 
 	attempts := []*Placer{p}
 	if p.policyName != "bestfit" {
-		packer, _ := New("bestfit")
+		packer, _ := New("bestfit") // a known name: cannot fail
 		attempts = append(attempts, packer)
 	}
-	var last gangAttempt
-	for _, placer := range attempts {
-		last = placer.tryGang(v, pods, order)
-		if last.failed == nil {
-			last.fork.Commit()
-			return last.placements, nil
+	// The message reports the attempt that placed the most members.
+	var closest gangAttempt
+	for i, placer := range attempts {
+		a := placer.tryGang(v, pods, order)
+		if a.failed == nil {
+			a.fork.Commit()
+			return a.placements, nil
+		}
+		if i == 0 || a.placed > closest.placed {
+			closest = a
 		}
 	}
-	return nil, gangUnschedulable(pods, last)
+	return nil, gangUnschedulable(pods, closest)
 }
 
 // gangAttempt is one try at placing a gang on a fork.
@@ -422,46 +431,67 @@ func bindGPUs(n *model.Node, d model.GPUDemand, sharePos int) []model.GPUBinding
 	}
 }
 
-var dbgScarce, _ = strconv.ParseFloat(os.Getenv("FGD_SCARCE"), 64)
+// maxScarcity caps how much more a shape weighs for fitting few nodes, so that a
+// rare shape that fits one node in a thousand cannot outweigh the rest of the mix.
+const maxScarcity = 10
 
-// adaptTo weighs the mix by how scarce the nodes are that each shape fits when
-// empty, once per snapshot.
+// adaptTo weighs the mix, once per snapshot, by the scarcity of the nodes each
+// shape fits: a shape that fits only a tenth of the cluster's GPUs (large memory, a
+// rare model) weighs ten times more, because breaking up one of the few nodes that
+// can take it costs more than breaking up one of many. A shape that fits no node,
+// even empty, weighs nothing: no placement can help it.
 func (p *Placer) adaptTo(v *View) {
-	if dbgScarce == 0 || p.scarcityOf == v.snapshot || p.policyName != DefaultPolicy {
+	if !p.policy.weighsScarcity() || p.scarcityOf == v.snapshot {
 		return
 	}
 	p.scarcityOf = v.snapshot
-	var totalGPUs int
-	for _, n := range v.snapshot.Nodes {
-		totalGPUs += len(n.GPUs)
+	// Nodes that are alike when empty are checked once.
+	type nodeKind struct {
+		node *model.Node
+		gpus int
 	}
-	adjusted := make([]Shape, len(p.shapes))
+	kinds := map[string]*nodeKind{}
+	var order []string
+	totalGPUs := 0
+	for _, n := range v.snapshot.Nodes {
+		if len(n.GPUs) == 0 {
+			continue
+		}
+		totalGPUs += len(n.GPUs)
+		key := fmt.Sprint(n.Allocatable, n.GPUsByCountOnly)
+		for i := range n.GPUs {
+			key += fmt.Sprintf("|%s/%d", n.GPUs[i].Model, n.GPUs[i].MemoryBytes)
+		}
+		if k, ok := kinds[key]; ok {
+			k.gpus += len(n.GPUs)
+			continue
+		}
+		empty := &model.Node{Allocatable: n.Allocatable, GPUsByCountOnly: n.GPUsByCountOnly, GPUs: make([]model.GPU, len(n.GPUs))}
+		for i, g := range n.GPUs {
+			empty.GPUs[i] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true}
+		}
+		kinds[key] = &nodeKind{node: empty, gpus: len(n.GPUs)}
+		order = append(order, key)
+	}
+	weighed := make([]Shape, len(p.shapes))
 	for i, s := range p.shapes {
-		adjusted[i] = s
+		weighed[i] = s
 		if s.GPU.Count == 0 || totalGPUs == 0 {
 			continue
 		}
-		pod := &model.Pod{Requests: s.Requests, GPU: s.GPU}
+		terms := newPodTerms(&model.Pod{Requests: s.Requests, GPU: s.GPU})
 		fitGPUs := 0
-		for _, n := range v.snapshot.Nodes {
-			empty := *n
-			empty.Requested = model.Resources{}
-			empty.GPUs = make([]model.GPU, len(n.GPUs))
-			for j, g := range n.GPUs {
-				empty.GPUs[j] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true}
-			}
-			t := newPodTerms(pod)
-			if t.resourceMisfit(&empty) == fits {
-				fitGPUs += len(n.GPUs)
+		for _, key := range order {
+			if terms.resourceMisfit(kinds[key].node) == fits {
+				fitGPUs += kinds[key].gpus
 			}
 		}
 		if fitGPUs == 0 {
-			adjusted[i].Weight = 0
+			weighed[i].Weight = 0
 			continue
 		}
-		factor := math.Pow(float64(totalGPUs)/float64(fitGPUs), dbgScarce)
-		adjusted[i].Weight *= min(factor, 10)
+		weighed[i].Weight *= min(float64(totalGPUs)/float64(fitGPUs), maxScarcity)
 	}
-	p.workload = p.policy.compile(adjusted)
+	p.workload = p.policy.compile(weighed)
 	p.generation++
 }

@@ -3,9 +3,7 @@ package placement
 import (
 	"cmp"
 	"math"
-	"os"
 	"slices"
-	"strconv"
 
 	"github.com/gantry-dev/gantry/pkg/model"
 )
@@ -14,10 +12,11 @@ import (
 // (Weng et al., "Beware of Fragmentation", USENIX ATC '23).
 //
 // The default adds to published FGD: GPUs stranded by a lack of CPU or memory count
-// as fragmentation (see workload.fragmentation), scores are compared exactly rather
-// than squashed into kube-scheduler's 0..100 integers, memory is checked as well as
-// CPU, and equal scores go to the node left with the least free GPU capacity, then
-// the least free CPU (best fit), so that whole nodes stay free for large pods.
+// as fragmentation (see workload.fragmentation); shapes that fit few nodes weigh
+// more (see Placer.adaptTo); scores are compared exactly rather than squashed into
+// kube-scheduler's 0..100 integers; memory is checked as well as CPU; and equal
+// scores go to the node left with the least free GPU capacity, then the least free
+// CPU (best fit), so that whole nodes stay free for large pods.
 //
 // classic reproduces the published scorer as its authors' simulator runs it:
 // sigmoid-squashed integer scores, ties to the first node in order, the mix cut to
@@ -28,9 +27,11 @@ type fgdPolicy struct {
 }
 
 // strandedWeight is the weight of GPU capacity stranded by CPU or memory: one, the
-// same as any other fragment. (Measured on openb, 0.25 to 2 give the same figures
-// within noise; docs/benchmarks.md.)
-var strandedWeight, _ = strconv.ParseFloat(os.Getenv("FGD_BAL"), 64)
+// same as any other fragment. (On openb, 0.25 to 2 give the same figures within
+// noise; docs/benchmarks.md.)
+const strandedWeight = 1
+
+func (f *fgdPolicy) weighsScarcity() bool { return !f.classic }
 
 func (f *fgdPolicy) compile(shapes []Shape) workload {
 	if f.classic {
@@ -176,6 +177,7 @@ func placedMilli(d model.GPUDemand, g *model.GPU) float64 {
 type bestFitPolicy struct{}
 
 func (bestFitPolicy) compile([]Shape) workload { return workload{} }
+func (bestFitPolicy) weighsScarcity() bool     { return false }
 
 func (bestFitPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (rank, int) {
 	gpuLeft, gpu, gpuSlack := gpuAfter(p, n, q, func(slack, best float64) bool { return slack < best })
@@ -187,10 +189,11 @@ func (bestFitPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (
 type spreadPolicy struct{}
 
 func (spreadPolicy) compile([]Shape) workload { return workload{} }
+func (spreadPolicy) weighsScarcity() bool     { return false }
 
 func (spreadPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (rank, int) {
 	gpuLeft, gpu, gpuSlack := gpuAfter(p, n, q, func(slack, best float64) bool { return slack > best })
-	var gpuCapacity float64 = float64(len(n.GPUs)) * model.MilliPerGPU
+	gpuCapacity := float64(len(n.GPUs)) * model.MilliPerGPU
 	gpuFraction := 1.0
 	if gpuCapacity > 0 {
 		gpuFraction = gpuLeft / gpuCapacity

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -238,5 +239,35 @@ func TestShapesOfMergesIdenticalPods(t *testing.T) {
 	shapes := ShapesOf([]*model.Pod{gpuPod("a", 1, 1000, gib), sharePod("b", 500, 1000, gib), gpuPod("c", 1, 1000, gib)})
 	if len(shapes) != 2 || shapes[0].Weight != 2 || shapes[0].GPU.Count != 1 || shapes[0].GPU.FractionMilli != 0 {
 		t.Fatalf("ShapesOf = %+v, want the one-GPU shape with weight 2 first", shapes)
+	}
+}
+
+func TestScarceShapesWeighMore(t *testing.T) {
+	var nodes []*model.Node
+	for i := 0; i < 9; i++ {
+		n := gpuNode(fmt.Sprintf("small-%d", i), 8, "H100", 80*gib)
+		n.Allocatable.MilliCPU = 32000
+		nodes = append(nodes, n)
+	}
+	big := gpuNode("big", 8, "H100", 80*gib)
+	big.Allocatable.MilliCPU = 128000
+	nodes = append(nodes, big)
+	p, _ := New("")
+	p.SetWorkload([]Shape{
+		{Requests: model.Resources{MilliCPU: 4000}, GPU: model.GPUDemand{Count: 1}, Weight: 1},
+		{Requests: model.Resources{MilliCPU: 120000}, GPU: model.GPUDemand{Count: 8}, Weight: 1},
+		{GPU: model.GPUDemand{Count: 1, Models: []string{"B200"}}, Weight: 1},
+	})
+	p.PlacePod(NewView(snapshotOf(nodes...)), gpuPod("p", 1, 1000, gib))
+	weights := map[int]float64{}
+	for _, g := range p.workload.groups {
+		if len(g.demand.Models) > 0 {
+			t.Fatalf("a shape of a model the cluster lacks kept weight %v", g.weight)
+		}
+		weights[g.demand.Count] = g.weight
+	}
+	// The 8-GPU shape fits one node in ten: it weighs ten times the one-GPU shape.
+	if got := weights[8] / weights[1]; math.Abs(got-10) > 1e-9 {
+		t.Fatalf("8-GPU shape weighs %v times the 1-GPU shape, want 10", got)
 	}
 }

@@ -102,5 +102,8 @@ func TestViewReleaseUndoesAssign(t *testing.T) {
 	if got := n.GPUs[0].LiveFreeBytes; got != 79*gib {
 		t.Fatalf("live free after release = %d GiB, want 79", got/gib)
 	}
-	v.Release(gpuPod("pending", 1, 0, 0)) // not bound: nothing to undo
+	v.Release(gpuPod("pending", 1, 0, 0))
+	if v.Node("a") != n {
+		t.Fatal("releasing a pod that is not bound changed the node")
+	}
 }

@@ -2,7 +2,6 @@ package placement
 
 import (
 	"cmp"
-	"os"
 	"slices"
 	"strings"
 
@@ -140,8 +139,6 @@ func compileWorkload(shapes []Shape, keepCPUOnly bool, strandedWeight float64) w
 		g.members = append(g.members, shapeMember{s.Requests.MilliCPU, s.Requests.MemoryBytes, s.Weight / total})
 	}
 	var cpu, mem, milli float64
-	type ratio struct{ cpu, mem, weight float64 }
-	var ratios []ratio
 	for _, s := range kept {
 		m := demandMilliOf(s.GPU)
 		if m == 0 {
@@ -150,32 +147,9 @@ func compileWorkload(shapes []Shape, keepCPUOnly bool, strandedWeight float64) w
 		cpu += s.Weight * float64(s.Requests.MilliCPU)
 		mem += s.Weight * float64(s.Requests.MemoryBytes)
 		milli += s.Weight * m
-		ratios = append(ratios, ratio{float64(s.Requests.MilliCPU) / m, float64(s.Requests.MemoryBytes) / m, s.Weight * m})
 	}
 	if milli > 0 {
 		w.cpuPerMilli, w.memoryPerMilli = cpu/milli, mem/milli
-	}
-	if os.Getenv("FGD_RATIO") == "median" && len(ratios) > 0 {
-		median := func(get func(ratio) float64) float64 {
-			sorted := append([]ratio(nil), ratios...)
-			slices.SortFunc(sorted, func(a, b ratio) int { return cmp.Compare(get(a), get(b)) })
-			var total, cum float64
-			for _, r := range sorted {
-				total += r.weight
-			}
-			for _, r := range sorted {
-				cum += r.weight
-				if cum >= total/2 {
-					return get(r)
-				}
-			}
-			return get(sorted[len(sorted)-1])
-		}
-		w.cpuPerMilli = median(func(r ratio) float64 { return r.cpu })
-		w.memoryPerMilli = median(func(r ratio) float64 { return r.mem })
-	}
-	if os.Getenv("FGD_RATIO") == "cpuonly" {
-		w.memoryPerMilli = 0
 	}
 	return w
 }

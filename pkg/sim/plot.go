@@ -19,8 +19,8 @@ import (
 type PlotLine struct {
 	Label string
 	Y     []float64
-	// Points, when set, draws only these x (with markers) joined by a dashed line:
-	// a published reference rather than a measured curve.
+	// Points, when set, draws only these x, as markers: a published reference
+	// rather than a measured curve, so nothing is drawn between its points.
 	Points map[int]float64
 }
 
@@ -41,7 +41,7 @@ const (
 )
 
 // WritePlot draws unallocated GPU % against arrived % for x from xMin to the end of
-// the lines, one line per policy (solid) and per published reference (dashed), with
+// the lines, one line per policy and markers per published reference, with
 // axis labels and a legend, as a PNG.
 func WritePlot(path, title string, xMin int, lines []PlotLine) error {
 	img := image.NewRGBA(image.Rect(0, 0, plotWidth, plotHeight))
@@ -74,15 +74,15 @@ func WritePlot(path, title string, xMin int, lines []PlotLine) error {
 		xStep = 5
 	}
 	for x := (xMin + xStep - 1) / xStep * xStep; x <= xMax; x += xStep {
-		line(img, px(float64(x)), top, px(float64(x)), bottom, 1, plotGrid, 0)
+		line(img, px(float64(x)), top, px(float64(x)), bottom, 1, plotGrid)
 		drawText(img, strconv.Itoa(x), px(float64(x)), bottom+12, plotInk, alignCenter, false)
 	}
 	for y := 0.0; y <= yTop+yStep/2; y += yStep {
-		line(img, left, py(y), right, py(y), 1, plotGrid, 0)
+		line(img, left, py(y), right, py(y), 1, plotGrid)
 		drawText(img, strconv.FormatFloat(y, 'f', -1, 64), left-12, py(y)-13, plotInk, alignRight, false)
 	}
-	line(img, left, bottom, right, bottom, 2, plotInk, 0)
-	line(img, left, top, left, bottom, 2, plotInk, 0)
+	line(img, left, bottom, right, bottom, 2, plotInk)
+	line(img, left, top, left, bottom, 2, plotInk)
 
 	drawText(img, title, (left+right)/2, 20, plotInk, alignCenter, false)
 	drawText(img, "arrived workload (% of cluster GPU capacity)", (left+right)/2, bottom+55, plotInk, alignCenter, false)
@@ -91,9 +91,8 @@ func WritePlot(path, title string, xMin int, lines []PlotLine) error {
 	// Lines.
 	for i, l := range lines {
 		c := plotColors[i%len(plotColors)]
-		dash := 0
 		if l.Points != nil {
-			c, dash = plotRef, 12
+			c = plotRef
 		}
 		prevX, prevY, have := 0, 0, false
 		for x := xMin; x <= xMax; x++ {
@@ -108,11 +107,12 @@ func WritePlot(path, title string, xMin int, lines []PlotLine) error {
 				continue
 			}
 			cx, cy := px(float64(x)), py(y)
-			if have {
-				line(img, prevX, prevY, cx, cy, 3, c, dash)
-			}
 			if l.Points != nil {
-				fillRect(img, cx-5, cy-5, cx+5, cy+5, c)
+				fillRect(img, cx-6, cy-6, cx+6, cy+6, c)
+				continue
+			}
+			if have {
+				line(img, prevX, prevY, cx, cy, 3, c)
 			}
 			prevX, prevY, have = cx, cy, true
 		}
@@ -128,12 +128,12 @@ func WritePlot(path, title string, xMin int, lines []PlotLine) error {
 	fillRect(img, lx-12, ly-8, right-8, ly+len(lines)*rowHeight, color.RGBA{255, 255, 255, 255})
 	strokeRect(img, lx-12, ly-8, right-8, ly+len(lines)*rowHeight, plotInk)
 	for i, l := range lines {
-		c, dash := plotColors[i%len(plotColors)], 0
-		if l.Points != nil {
-			c, dash = plotRef, 12
-		}
 		y := ly + i*rowHeight + rowHeight/2
-		line(img, lx, y, lx+50, y, 3, c, dash)
+		if l.Points != nil {
+			fillRect(img, lx+19, y-6, lx+31, y+6, plotRef)
+		} else {
+			line(img, lx, y, lx+50, y, 3, plotColors[i%len(plotColors)])
+		}
 		drawText(img, l.Label, lx+62, y-13, plotInk, alignLeft, false)
 	}
 
@@ -162,18 +162,14 @@ func niceStep(raw float64) float64 {
 	return 10 * pow
 }
 
-// line draws a line of the given width; dash > 0 draws dashes of that length.
-func line(img *image.RGBA, x0, y0, x1, y1, width int, c color.RGBA, dash int) {
+// line draws a line of the given width.
+func line(img *image.RGBA, x0, y0, x1, y1, width int, c color.RGBA) {
 	dx, dy := x1-x0, y1-y0
 	steps := max(abs(dx), abs(dy))
 	if steps == 0 {
 		steps = 1
 	}
-	length := math.Hypot(float64(dx), float64(dy))
 	for s := 0; s <= steps; s++ {
-		if dash > 0 && int(length*float64(s)/float64(steps))/dash%2 == 1 {
-			continue
-		}
 		x := x0 + int(math.Round(float64(dx*s)/float64(steps)))
 		y := y0 + int(math.Round(float64(dy*s)/float64(steps)))
 		fillRect(img, x-width/2, y-width/2, x-width/2+width-1, y-width/2+width-1, c)
@@ -185,10 +181,10 @@ func fillRect(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
 }
 
 func strokeRect(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
-	line(img, x0, y0, x1, y0, 1, c, 0)
-	line(img, x0, y1, x1, y1, 1, c, 0)
-	line(img, x0, y0, x0, y1, 1, c, 0)
-	line(img, x1, y0, x1, y1, 1, c, 0)
+	line(img, x0, y0, x1, y0, 1, c)
+	line(img, x0, y1, x1, y1, 1, c)
+	line(img, x0, y0, x0, y1, 1, c)
+	line(img, x1, y0, x1, y1, 1, c)
 }
 
 func abs(v int) int {
