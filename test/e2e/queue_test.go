@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gantry-dev/gantry/test/testenv"
 )
@@ -47,5 +50,30 @@ func TestQueuesValidateOnTheAPIServer(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// Pods sent to a queue that does not exist, or to a parent queue, wait with a
+// condition that names the queue and what to change; they are not put in a default.
+func TestPodsInUnknownOrParentQueueWaitWithAReason(t *testing.T) {
+	requireEnv(t)
+	applySeed(t, "", "queues.yaml")
+	ns := namespace(t)
+	createNodes(t, gpuNode(ns+"-a", 2, "NVIDIA-A10G", 23028))
+	createPods(t,
+		newPod(ns, "unknown", withGPUs(1), onTestNodes(t), withLabels("gantry.dev/queue", "no-such-queue")),
+		newPod(ns, "parent", withGPUs(1), onTestNodes(t), withLabels("kai.scheduler/queue", "department-1")),
+	)
+	got := waitPods(t, ns, 30*time.Second, "both explained", func(ps []corev1.Pod) bool {
+		return unschedulableMessage(ps, "unknown") != "" && unschedulableMessage(ps, "parent") != ""
+	})
+	if msg := unschedulableMessage(got, "unknown"); !strings.Contains(msg, "no-such-queue") {
+		t.Errorf("unknown queue message %q does not name the queue", msg)
+	}
+	if msg := unschedulableMessage(got, "parent"); !strings.Contains(msg, "department-1") || !strings.Contains(msg, "team-a") && !strings.Contains(msg, "leaf") {
+		t.Errorf("parent queue message %q does not say to use a leaf queue", msg)
+	}
+	if bound(got) != 0 {
+		t.Errorf("%d pods bound; pods in an unusable queue must wait", bound(got))
 	}
 }
