@@ -277,6 +277,12 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		}
 	}
 	if old := c.snap.Pods[id]; old != nil {
+		if old.Terminating && old.UID == p.UID {
+			// Marked by our eviction: an update that arrives before the API server
+			// sets deletionTimestamp (our own DisruptionTarget patch, say) must not
+			// bring the victim back to life, or its gang would count it as running.
+			p.Terminating = true
+		}
 		if old.Bound() && (p.Terminating || p.Node != old.Node) && !(c.assumed[id] && pod.Spec.NodeName == "") {
 			c.capacityVersion++
 		}

@@ -225,7 +225,10 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		ev := ev
 		go func() {
 			if err := r.evictor.evict(ctx, v, ev.Preemptor, ev.Kind, ev.Reason); err != nil {
+				// Refused (a PodDisruptionBudget, say): the victim runs on, and a later
+				// cycle may choose again.
 				klog.ErrorS(err, "Evict", "pod", ev.Pod)
+				c.unmarkTerminating(ev.Pod)
 				return
 			}
 			r.metrics.observeEviction(ev, v)
@@ -311,6 +314,22 @@ func (c *Cache) assumeLocked(id model.PodID, pl placement.Placement, now int64) 
 	c.assumed[id] = true
 	c.book(&p)
 	c.refreshPending(p.Gang)
+}
+
+// unmarkTerminating undoes markTerminatingLocked for a victim whose eviction was
+// refused.
+func (c *Cache) unmarkTerminating(id model.PodID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.snap.Pods[id]; p != nil && p.Terminating {
+		if api := c.apiPods[id]; api != nil && api.DeletionTimestamp != nil {
+			return
+		}
+		q := *p
+		q.Terminating = false
+		c.snap.Pods[id] = &q
+		c.freed()
+	}
 }
 
 func (c *Cache) markTerminatingLocked(id model.PodID) {
