@@ -8,11 +8,18 @@ func (n *Node) Book(p *Pod, gpus []GPUBinding) { n.book(p, gpus, 1) }
 // Unbook removes what Book added.
 func (n *Node) Unbook(p *Pod, gpus []GPUBinding) { n.book(p, gpus, -1) }
 
-func (n *Node) book(p *Pod, gpus []GPUBinding, sign int64) {
+// BookedRequests is what a pod books on its node: its requests, and one pod slot
+// whether or not Requests.Pods was filled in.
+func (p *Pod) BookedRequests() Resources {
 	r := p.Requests
 	if r.Pods == 0 {
 		r.Pods = 1
 	}
+	return r
+}
+
+func (n *Node) book(p *Pod, gpus []GPUBinding, sign int64) {
+	r := p.BookedRequests()
 	if sign > 0 {
 		n.Requested = n.Requested.Add(r)
 	} else {

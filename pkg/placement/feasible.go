@@ -93,7 +93,7 @@ type podTerms struct {
 var taintLogger = logr.Discard()
 
 func newPodTerms(p *model.Pod) *podTerms {
-	t := &podTerms{pod: p, requests: podRequests(p)}
+	t := &podTerms{pod: p, requests: p.BookedRequests()}
 	if len(p.NodeSelector) > 0 || p.RequiredAffinity != nil {
 		var affinity *corev1.Affinity
 		if p.RequiredAffinity != nil {
@@ -285,13 +285,13 @@ func (t *podTerms) explain(n *model.Node, m misfit) string {
 	case misfitCPU:
 		return fmt.Sprintf("%s: needs %s CPUs, %s free", ReasonCPU, formatCPU(t.requests.MilliCPU), formatCPU(free.MilliCPU))
 	case misfitMemory:
-		return fmt.Sprintf("%s: needs %s, %s free", ReasonMemory, formatBytes(t.requests.MemoryBytes), formatBytes(max(0, free.MemoryBytes)))
+		return fmt.Sprintf("%s: needs %s, %s free", ReasonMemory, FormatBytes(t.requests.MemoryBytes), FormatBytes(max(0, free.MemoryBytes)))
 	case misfitGPUModel:
 		return fmt.Sprintf("%s: needs %s, node has %s", ReasonGPUModel, DescribeDemand(t.pod), gpuModels(n))
 	case misfitFreeGPUs:
 		return fmt.Sprintf("%s: needs %s, %d idle", ReasonFreeGPUs, DescribeDemand(t.pod), countUsable(n, d))
 	case misfitGPUMemory:
-		return fmt.Sprintf("%s: needs %s, the most free on one GPU is %s", ReasonGPUMemory, DescribeDemand(t.pod), formatBytes(mostFreeBytes(n, d)))
+		return fmt.Sprintf("%s: needs %s, the most free on one GPU is %s", ReasonGPUMemory, DescribeDemand(t.pod), FormatBytes(mostFreeBytes(n, d)))
 	case misfitLiveGPUMemory:
 		return fmt.Sprintf("%s: needs %s with enough memory free to start, measured free memory is short", ReasonLiveGPUMemory, DescribeDemand(t.pod))
 	}

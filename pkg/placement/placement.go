@@ -58,7 +58,7 @@ func reasonSummary(reasons map[string]int) string {
 func DescribeDemand(p *model.Pod) string {
 	d := p.GPU
 	if d.Count == 0 {
-		return fmt.Sprintf("%s CPUs and %s memory", formatCPU(p.Requests.MilliCPU), formatBytes(p.Requests.MemoryBytes))
+		return fmt.Sprintf("%s CPUs and %s memory", formatCPU(p.Requests.MilliCPU), FormatBytes(p.Requests.MemoryBytes))
 	}
 	kind := "GPU"
 	if len(d.Models) > 0 {
@@ -71,7 +71,7 @@ func DescribeDemand(p *model.Pod) string {
 	unit := fmt.Sprintf("%d %s%s", d.Count, kind, plural)
 	switch {
 	case d.MemoryBytes > 0:
-		return fmt.Sprintf("a %s share of %s", formatBytes(d.MemoryBytes), unit)
+		return fmt.Sprintf("a %s share of %s", FormatBytes(d.MemoryBytes), unit)
 	case d.FractionMilli > 0:
 		return fmt.Sprintf("a %s share of %s", strconv.FormatFloat(float64(d.FractionMilli)/model.MilliPerGPU, 'f', -1, 64), unit)
 	}
@@ -82,7 +82,9 @@ func formatCPU(milli int64) string {
 	return strconv.FormatFloat(float64(milli)/1000, 'f', -1, 64)
 }
 
-func formatBytes(b int64) string {
+// FormatBytes shows GPU memory the way messages to users do: in GiB, the unit
+// nvidia-smi and the node agent report, or MiB below one GiB.
+func FormatBytes(b int64) string {
 	const gib = 1 << 30
 	switch {
 	case b%gib == 0:

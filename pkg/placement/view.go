@@ -78,30 +78,17 @@ func (v *View) NodeCount() int { return len(v.nodes) }
 func (v *View) NodeAt(i int) *model.Node { return v.nodes[i] }
 
 // Assign books pod p at pl: its CPU, memory and pod count on the node, and its GPU
-// shares. It does not change p. It panics when pl names a node or a GPU the view
-// does not hold, which is a bug in the caller (placements come from this view).
+// shares (model.Node.Book, on a copy of the node). It does not change p. It panics
+// when pl names a node or a GPU the view does not hold, which is a bug in the caller
+// (placements come from this view).
 func (v *View) Assign(p *model.Pod, pl Placement) {
 	i, n := v.writable(pl.Node)
-	n.Requested = n.Requested.Add(podRequests(p))
 	for _, b := range pl.GPUs {
-		g := gpuByIndex(n, b.Index)
-		if g == nil {
+		if n.GPUByIndex(b.Index) == nil {
 			panic(fmt.Sprintf("placement: assign %s: node %s has no GPU %d", p.ID, pl.Node, b.Index))
 		}
-		booked := bindingBytes(g, b)
-		g.AllocatedBytes += booked
-		if b.Whole {
-			g.Exclusive = true
-		} else {
-			g.Sharers++
-		}
-		// Until the node agent measures again, the booking is the best estimate of
-		// what the pod will use; without this, two pods placed in one cycle would
-		// both count on the same live free memory.
-		if g.LiveFreeBytes != model.UnknownBytes {
-			g.LiveFreeBytes = max(0, g.LiveFreeBytes-booked)
-		}
 	}
+	n.Book(p, pl.GPUs)
 	v.nodes[i] = n
 }
 
@@ -112,23 +99,7 @@ func (v *View) Release(p *model.Pod) {
 		return
 	}
 	i, n := v.writable(p.Node)
-	n.Requested = n.Requested.Sub(podRequests(p))
-	for _, b := range p.GPUs {
-		g := gpuByIndex(n, b.Index)
-		if g == nil {
-			continue
-		}
-		booked := bindingBytes(g, b)
-		g.AllocatedBytes = max(0, g.AllocatedBytes-booked)
-		if b.Whole {
-			g.Exclusive = false
-		} else if g.Sharers > 0 {
-			g.Sharers--
-		}
-		if g.LiveFreeBytes != model.UnknownBytes {
-			g.LiveFreeBytes = min(g.MemoryBytes, g.LiveFreeBytes+booked)
-		}
-	}
+	n.Unbook(p, p.GPUs)
 	v.nodes[i] = n
 }
 
@@ -148,36 +119,4 @@ func (v *View) touch(i int) {
 	}
 	v.touchedSet[i] = struct{}{}
 	v.touched = append(v.touched, i)
-}
-
-// podRequests is what a pod books on its node. Every pod takes one pod slot, whether
-// or not the caller filled Requests.Pods.
-func podRequests(p *model.Pod) model.Resources {
-	r := p.Requests
-	if r.Pods == 0 {
-		r.Pods = 1
-	}
-	return r
-}
-
-// bindingBytes is the memory a binding books on g.
-func bindingBytes(g *model.GPU, b model.GPUBinding) int64 {
-	if b.Whole && b.MemoryBytes == 0 {
-		return g.MemoryBytes
-	}
-	return b.MemoryBytes
-}
-
-// gpuByIndex finds a node's GPU by its device index. GPUs are normally stored in
-// index order, so the position is tried first.
-func gpuByIndex(n *model.Node, index int) *model.GPU {
-	if index >= 0 && index < len(n.GPUs) && n.GPUs[index].Index == index {
-		return &n.GPUs[index]
-	}
-	for i := range n.GPUs {
-		if n.GPUs[i].Index == index {
-			return &n.GPUs[i]
-		}
-	}
-	return nil
 }

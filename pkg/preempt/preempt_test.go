@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
 )
 
 // seedQueues are /work/shared/seed/queues.yaml: department-1 and its child team-a,
@@ -447,10 +448,10 @@ func check(t *testing.T, tc scenario, res *Result, err error) {
 		t.Errorf("reason = %q, want it to contain %q", res.Reason, tc.wantReason)
 	}
 	if tc.wantNeeded != 0 && res.NeededBytes != tc.wantNeeded {
-		t.Errorf("needed = %s, want %s", formatBytes(res.NeededBytes), formatBytes(tc.wantNeeded))
+		t.Errorf("needed = %s, want %s", placement.FormatBytes(res.NeededBytes), placement.FormatBytes(tc.wantNeeded))
 	}
 	if tc.wantFreed != 0 && res.FreedBytes != tc.wantFreed {
-		t.Errorf("freed = %s, want %s", formatBytes(res.FreedBytes), formatBytes(tc.wantFreed))
+		t.Errorf("freed = %s, want %s", placement.FormatBytes(res.FreedBytes), placement.FormatBytes(tc.wantFreed))
 	}
 	if len(res.Placements) != len(tc.pending.pods) {
 		t.Errorf("%d placements for %d pods", len(res.Placements), len(tc.pending.pods))

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
 )
 
 // noCandidatesMessage says why no running gang may be evicted for p, by reason, most
@@ -131,11 +132,11 @@ func (s *search) describeFreed(pods []*model.Pod) string {
 	var what string
 	switch {
 	case wholeGPUs > 0 && sharedBytes > 0:
-		what = fmt.Sprintf("%s and %s of shared GPU memory (%s)", plural(wholeGPUs, "GPU"), formatBytes(sharedBytes), formatBytes(totalBytes))
+		what = fmt.Sprintf("%s and %s of shared GPU memory (%s)", plural(wholeGPUs, "GPU"), placement.FormatBytes(sharedBytes), placement.FormatBytes(totalBytes))
 	case wholeGPUs > 0:
-		what = fmt.Sprintf("%s (%s)", plural(wholeGPUs, "GPU"), formatBytes(totalBytes))
+		what = fmt.Sprintf("%s (%s)", plural(wholeGPUs, "GPU"), placement.FormatBytes(totalBytes))
 	case sharedBytes > 0:
-		what = formatBytes(sharedBytes) + " of shared GPU memory"
+		what = placement.FormatBytes(sharedBytes) + " of shared GPU memory"
 	default:
 		what = "CPU and memory only"
 	}
@@ -147,19 +148,6 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-// formatBytes shows GPU memory in GiB, the unit nvidia-smi and the node agent report.
-func formatBytes(b int64) string {
-	const gib = 1 << 30
-	switch {
-	case b%gib == 0:
-		return fmt.Sprintf("%d GiB", b/gib)
-	case b >= gib:
-		return fmt.Sprintf("%.1f GiB", float64(b)/gib)
-	default:
-		return fmt.Sprintf("%d MiB", b>>20)
-	}
 }
 
 // formatGPUs shows a GPU amount without binary noise: "2", "1.5", "0.25".
