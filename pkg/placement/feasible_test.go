@@ -153,6 +153,7 @@ func TestDescribeDemand(t *testing.T) {
 		{memSharePod("p", 20*gib), "a 20 GiB share of 1 GPU"},
 		{sharePod("p", 250, 0, 0), "a 0.25 share of 1 GPU"},
 		{cpuPod("p", 4000, 16*gib), "4 CPUs and 16 GiB memory"},
+		{cpuPod("p", 1000, 2*gib), "1 CPU and 2 GiB memory"},
 	}
 	for _, tt := range tests {
 		if got := DescribeDemand(tt.pod); got != tt.want {

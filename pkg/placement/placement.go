@@ -58,7 +58,11 @@ func reasonSummary(reasons map[string]int) string {
 func DescribeDemand(p *model.Pod) string {
 	d := p.GPU
 	if d.Count == 0 {
-		return fmt.Sprintf("%s CPUs and %s memory", formatCPU(p.Requests.MilliCPU), FormatBytes(p.Requests.MemoryBytes))
+		cpus := "CPUs"
+		if p.Requests.MilliCPU == 1000 {
+			cpus = "CPU"
+		}
+		return fmt.Sprintf("%s %s and %s memory", formatCPU(p.Requests.MilliCPU), cpus, FormatBytes(p.Requests.MemoryBytes))
 	}
 	kind := "GPU"
 	if len(d.Models) > 0 {
