@@ -110,6 +110,10 @@ func (c *Cache) applyGang(g *gang.Gang) {
 	}
 	mg := g.Model(priority, preemptible, createdAt)
 	mg.Succeeded = g.Counts.Succeeded
+	mg.PriorityClassName = g.PriorityClassName
+	if old := c.snap.Gangs[g.ID]; old != nil && mg.PriorityClassName == "" {
+		mg.PriorityClassName = old.PriorityClassName
+	}
 	startFree := c.startFreeFraction(g)
 	for _, m := range g.Members {
 		p := c.snap.Pods[m.ID]

@@ -5,10 +5,12 @@ import "sort"
 // Gang is a set of pods that start together: at least MinMember of them are bound
 // in one decision, or none is.
 type Gang struct {
-	ID          GangID
-	Queue       string
-	Priority    int32
-	Preemptible bool
+	ID       GangID
+	Queue    string
+	Priority int32
+	// PriorityClassName names the priority for people ("inference"); may be empty.
+	PriorityClassName string
+	Preemptible       bool
 	// MinMember is how many members must be placed together. Members above it are
 	// elastic.
 	MinMember int

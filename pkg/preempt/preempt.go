@@ -134,13 +134,14 @@ type preemptor struct {
 	gang     model.GangID
 	queue    string
 	priority int32
+	class    string
 	pods     []*model.Pod
 }
 
 func preemptorOf(req Request) preemptor {
 	p := preemptor{pods: req.Pods}
 	if g := req.Gang; g != nil {
-		p.gang, p.queue, p.priority = g.ID, g.Queue, g.Priority
+		p.gang, p.queue, p.priority, p.class = g.ID, g.Queue, g.Priority, g.PriorityClassName
 		return p
 	}
 	first := req.Pods[0]

@@ -54,15 +54,15 @@ func (s *search) reason(chosen []*unit, r *Result) string {
 			preempted = append(preempted, u)
 		}
 	}
-	who := fmt.Sprintf("gang %s (priority %d)", s.p.gang, s.p.priority)
+	who := fmt.Sprintf("gang %s (%s)", s.p.gang, priorityWords(s.p.class, s.p.priority))
 	var actions []string
 	if len(preempted) > 0 {
 		actions = append(actions, "preempts "+describeUnits(preempted))
 	}
 	if len(reclaimed) > 0 {
 		if rs := s.rules.gpuShare(s.p.queue); rs != nil {
-			who = fmt.Sprintf("gang %s (priority %d; queue %s holds %s GPUs, below its fair share of %s)",
-				s.p.gang, s.p.priority, s.p.queue, formatGPUs(rs.Allocated), formatGPUs(rs.FairShare))
+			who = fmt.Sprintf("gang %s (%s; queue %s holds %s GPUs, below its fair share of %s)",
+				s.p.gang, priorityWords(s.p.class, s.p.priority), s.p.queue, formatGPUs(rs.Allocated), formatGPUs(rs.FairShare))
 		}
 		slices.Sort(victimQueues)
 		var above []string
@@ -90,7 +90,7 @@ func describeUnits(units []*unit) string {
 			elastic[u.gang.ID]++
 			continue
 		}
-		names = append(names, fmt.Sprintf("gang %s (priority %d)", u.gang.ID, u.priority))
+		names = append(names, fmt.Sprintf("gang %s (%s)", u.gang.ID, priorityWords(u.gang.PriorityClassName, u.priority)))
 	}
 	for _, u := range elasticOrder {
 		n := elastic[u.gang.ID]
@@ -98,7 +98,7 @@ func describeUnits(units []*unit) string {
 		if n > 1 {
 			word = "elastic members"
 		}
-		names = append(names, fmt.Sprintf("%d %s of gang %s (priority %d)", n, word, u.gang.ID, u.priority))
+		names = append(names, fmt.Sprintf("%d %s of gang %s (%s)", n, word, u.gang.ID, priorityWords(u.gang.PriorityClassName, u.priority)))
 	}
 	const shown = 3
 	if len(names) > shown {
@@ -154,4 +154,13 @@ func plural(n int, noun string) string {
 func formatGPUs(v float64) string {
 	rounded, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'f', 3, 64), 64)
 	return strconv.FormatFloat(rounded, 'f', -1, 64)
+}
+
+// priorityWords names a priority for people: "inference, priority 125", or
+// "priority 125" when no class names it.
+func priorityWords(class string, value int32) string {
+	if class == "" {
+		return fmt.Sprintf("priority %d", value)
+	}
+	return fmt.Sprintf("%s, priority %d", class, value)
 }
