@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/test/testenv"
 )
 
 func requireEnv(t *testing.T) {
@@ -83,6 +86,20 @@ func TestGangBindsWhollyOrNotAtAll(t *testing.T) {
 	})
 	if msg := unschedulableMessage(got, "w0"); !strings.Contains(msg, "3") {
 		t.Errorf("gang message %q does not say how many pods must fit", msg)
+	}
+	// gantry explain tells the same story from the command line.
+	bin, err := testenv.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(bin, "gantry"), "explain", "w0", "-n", ns, "--kubeconfig", env.Kubeconfig).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gantry explain: %v\n%s", err, out)
+	}
+	for _, want := range []string{"why it waits:", "Gang podgroup:" + ns + "/train", "must start together: 3", "FailedScheduling"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("gantry explain output lacks %q:\n%s", want, out)
+		}
 	}
 	holdPods(t, ns, 2*time.Second, "no member bound", func(ps []corev1.Pod) bool { return bound(ps) == 0 })
 	createNodes(t, gpuNode(ns+"-c", 4, "NVIDIA-H100-80GB-HBM3", 81559))
