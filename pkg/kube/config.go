@@ -1,10 +1,12 @@
 package kube
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -54,7 +56,17 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("read config: %w", err)
 	}
-	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+	// Keys are matched exactly: encoding/json would take "minRunTime" for
+	// "minRuntime", and a key that only looks right must not be accepted.
+	js, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	strictErrs, err := kjson.UnmarshalStrict(js, &cfg, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err == nil && len(strictErrs) > 0 {
+		err = errors.Join(strictErrs...)
+	}
+	if err != nil {
 		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers)", path, err)
 	}
 	return cfg, nil
