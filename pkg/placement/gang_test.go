@@ -136,7 +136,7 @@ func TestCompareDemandOrdersHardestFirst(t *testing.T) {
 	}
 	want := []model.PodID{"ns/eight", "ns/one", "ns/mem-share", "ns/half", "ns/quarter", "ns/cpu"}
 	sorted := append([]*model.Pod(nil), pods...)
-	slices.SortStableFunc(sorted, func(a, b *model.Pod) int { return compareDemand(b, a) })
+	slices.SortStableFunc(sorted, func(a, b *model.Pod) int { return CompareDemand(b, a) })
 	for i, p := range sorted {
 		if p.ID != want[i] {
 			t.Fatalf("position %d = %s, want %s (order %v)", i, p.ID, want[i], sorted)

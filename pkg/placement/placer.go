@@ -236,7 +236,7 @@ func (p *Placer) PlaceGang(v *View, pods []*model.Pod) ([]Placement, *Unschedula
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return compareDemand(pods[b], pods[a]) })
+	slices.SortStableFunc(order, func(a, b int) int { return CompareDemand(pods[b], pods[a]) })
 
 	attempts := []*Placer{p}
 	if p.policyName != "bestfit" {
@@ -345,7 +345,7 @@ func gangUnschedulable(pods []*model.Pod, a gangAttempt) *Unschedulable {
 
 // compareDemand orders pods by how hard they are to place: GPUs first (count, then
 // whole before share, then share size), then CPU and memory.
-func compareDemand(a, b *model.Pod) int {
+func CompareDemand(a, b *model.Pod) int {
 	if c := cmp.Compare(a.GPU.Count, b.GPU.Count); c != 0 {
 		return c
 	}

@@ -473,27 +473,9 @@ func (l *localNode) fitsWithout(units []*unit) bool {
 	return ok
 }
 
-// hardestFirst orders pods as the placer does for a gang: more GPUs first, whole GPUs
-// before shares, larger shares first, then more CPU and memory.
+// hardestFirst orders pods as the placer does for a gang (placement.CompareDemand).
 func hardestFirst(pods []*model.Pod) []*model.Pod {
 	out := slices.Clone(pods)
-	size := func(d model.GPUDemand) int64 {
-		switch {
-		case d.Whole():
-			return 1 << 62
-		case d.MemoryBytes > 0:
-			return d.MemoryBytes
-		default:
-			return d.FractionMilli
-		}
-	}
-	slices.SortStableFunc(out, func(a, b *model.Pod) int {
-		return cmp.Or(
-			cmp.Compare(b.GPU.Count, a.GPU.Count),
-			cmp.Compare(size(b.GPU), size(a.GPU)),
-			cmp.Compare(b.Requests.MilliCPU, a.Requests.MilliCPU),
-			cmp.Compare(b.Requests.MemoryBytes, a.Requests.MemoryBytes),
-		)
-	})
+	slices.SortStableFunc(out, func(a, b *model.Pod) int { return placement.CompareDemand(b, a) })
 	return out
 }
