@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -227,53 +224,23 @@ func createNode(t *testing.T, name string, labels map[string]string, taints []co
 	}
 }
 
-// startKubeScheduler runs the pinned kube-scheduler against the control plane until the
-// test ends: testenv runs none, and the chart's own pods use the default scheduler.
+// startKubeScheduler runs the pinned kube-scheduler against the control plane until it
+// stops: testenv runs none, and the chart's own pods use the default scheduler.
 func startKubeScheduler(t *testing.T) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "kube-scheduler.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(tool(t, "kube-scheduler"),
+	// Part of the control plane: its own process group, stopped with it.
+	if _, err := env.StartProcess("kube-scheduler", tool(t, "kube-scheduler"), false,
 		"--kubeconfig="+env.Kubeconfig,
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--kube-api-qps=100", "--kube-api-burst=200",
 		"--v=1",
-	)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group, killed with the test binary: PDEATHSIG fires when the
-	// thread that started the child exits, so the child is started from a locked thread
-	// that lives as long as the child does.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(done)
-	}()
-	if err := <-started; err != nil {
+	); err != nil {
 		t.Fatalf("start kube-scheduler: %v", err)
 	}
 	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		logFile.Close()
 		if t.Failed() {
-			if b, err := os.ReadFile(logPath); err == nil {
+			if b, err := os.ReadFile(filepath.Join(env.Dir, "kube-scheduler.log")); err == nil {
 				t.Logf("kube-scheduler log (tail):\n%s", tailLines(string(b), 40))
 			}
 		}
