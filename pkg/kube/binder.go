@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +23,11 @@ type bindRequest struct {
 	placement placement.Placement
 	// claims are the pod's ResourceClaims, allocated before the Binding.
 	claims []podClaim
+	// structured is set when the structured allocator chose the devices:
+	// allocations are its results for the pod's unallocated claims on the
+	// placement's node, in claim order.
+	structured  bool
+	allocations []resourceapi.AllocationResult
 }
 
 // binder issues pods/binding calls, at most `workers` at once: the API server handles
@@ -43,7 +49,12 @@ func newBinder(client kubernetes.Interface, workers int) *binder {
 // which the API server copies onto the pod together with spec.nodeName.
 func (b *binder) bind(ctx context.Context, r bindRequest) error {
 	ns, name := splitID(r.pod.ID)
-	if len(r.claims) > 0 {
+	switch {
+	case r.structured:
+		if err := writeAllocations(ctx, b.client, r.pod, r.claims, r.allocations); err != nil {
+			return err
+		}
+	case len(r.claims) > 0:
 		if err := allocateClaims(ctx, b.client, r.pod, r.claims, r.placement.Node, r.placement.GPUs); err != nil {
 			return err
 		}

@@ -49,6 +49,8 @@ type Cache struct {
 	claims     map[string]*resourceapi.ResourceClaim
 	claimUsers map[string]map[model.PodID]struct{}
 	podClaims  map[model.PodID][]podClaim
+	// dra is what the structured allocator reads (dra_structured.go).
+	dra draState
 	// capacityVersion counts changes that could let a waiting gang fit (capacity
 	// freed or added, queues or priorities changed); gangVersion counts changes to
 	// each gang. A gang that failed at the same pair of versions cannot fit now.
@@ -86,6 +88,7 @@ func NewCache(names []string, lookup gang.Lookup) *Cache {
 		claims:      map[string]*resourceapi.ResourceClaim{},
 		claimUsers:  map[string]map[model.PodID]struct{}{},
 		podClaims:   map[model.PodID][]podClaim{},
+		dra:         newDRAState(),
 		gangVersion: map[model.GangID]uint64{},
 	}
 	for _, n := range names {
@@ -267,12 +270,23 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 	}
 	p, demandErr := c.podFromAPI(pod, id, ours)
 	c.indexClaims(pod, id)
+	delete(c.dra.structured, id)
 	if ours && pod.Spec.NodeName == "" && len(pod.Spec.ResourceClaims) > 0 && demandErr == nil {
 		pcs, waiting := claimsOf(pod, c.claims)
-		if waiting != "" {
+		switch {
+		case waiting != "":
 			demandErr = errors.New(waiting)
-		} else {
-			p.GPU, demandErr = claimDemand(pod, pcs, p.GPU)
+		case sharedClaim(pod, pcs) != nil:
+			demandErr = sharedClaim(pod, pcs)
+		case needsAllocator(pod, pcs):
+			// The structured allocator chooses the devices each cycle; until it has,
+			// no node qualifies.
+			p.GPU = structuredDemand(pcs, p.GPU)
+			p.DeviceChoices = map[string][]model.GPUBinding{}
+			c.podClaims[id] = pcs
+			c.dra.structured[id] = struct{}{}
+		default:
+			p.GPU = claimDemand(pcs, p.GPU)
 			c.podClaims[id] = pcs
 		}
 	}
@@ -337,7 +351,9 @@ func (c *Cache) removePod(id model.PodID) {
 	delete(c.apiPods, id)
 	delete(c.assumed, id)
 	delete(c.podErrors, id)
+	c.dropInflight(id)
 	delete(c.podClaims, id)
+	delete(c.dra.structured, id)
 	for key, users := range c.claimUsers {
 		delete(users, id)
 		if len(users) == 0 {
@@ -423,6 +439,7 @@ func (c *Cache) Forget(id model.PodID) {
 		return
 	}
 	c.unbook(p)
+	c.dropInflight(id)
 	q := *p
 	q.Node, q.GPUs, q.StartedAt = "", nil, 0
 	c.snap.Pods[id] = &q
@@ -480,10 +497,17 @@ func (c *Cache) DeleteClaim(namespace, name string) { c.setClaim(namespace+"/"+n
 func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	old := c.claims[key]
 	if claim == nil {
 		delete(c.claims, key)
 	} else {
 		c.claims[key] = claim
+	}
+	if claim == nil || claim.Status.Allocation != nil {
+		delete(c.dra.inflight, key)
+	}
+	if old != nil && old.Status.Allocation != nil && (claim == nil || claim.Status.Allocation == nil) {
+		c.freed() // devices given back
 	}
 	// Re-read the pending pods that use the claim, from the cache's current objects
 	// and under the same lock: a copy taken earlier could be older than a binding the

@@ -55,54 +55,33 @@ func claimsOf(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) (ou
 	return out, ""
 }
 
-// claimDemand adds the GPUs a pod's claims ask of class gpu.gantry.dev to d: each
-// request takes count whole GPUs, or, with capacity.requests.memory, a share of that
-// much memory on each. Claims on other classes, "All" allocation, first-available
-// lists and claims already allocated to another pod are refused with what to change.
-func claimDemand(pod *corev1.Pod, pcs []podClaim, d model.GPUDemand) (model.GPUDemand, error) {
+// claimDemand adds the GPUs a pod's claims ask of class gpu.gantry.dev to d, for
+// claims that needsAllocator leaves to pkg/placement: each request takes count whole
+// GPUs, or, with capacity.requests.memory, a share of that much memory on each.
+func claimDemand(pcs []podClaim, d model.GPUDemand) model.GPUDemand {
 	for _, pc := range pcs {
-		c := pc.Claim
-		if c.Status.Allocation != nil && !reservedFor(c, pod) {
-			return d, fmt.Errorf("ResourceClaim %s is already allocated to another consumer; gantry allocates one claim per pod (shared claims are not supported yet): use a ResourceClaimTemplate", pc.Name)
-		}
-		for _, r := range c.Spec.Devices.Requests {
-			if r.Exactly == nil {
-				return d, fmt.Errorf("ResourceClaim %s request %q uses firstAvailable, which gantry does not allocate yet: use exactly", pc.Name, r.Name)
-			}
-			e := r.Exactly
-			if e.DeviceClassName != DriverName {
-				return d, fmt.Errorf("ResourceClaim %s request %q asks for DeviceClass %q; gantry allocates only %q devices", pc.Name, r.Name, e.DeviceClassName, DriverName)
-			}
-			if e.AllocationMode == resourceapi.DeviceAllocationModeAll {
-				return d, fmt.Errorf("ResourceClaim %s request %q asks for all devices; ask for a count", pc.Name, r.Name)
-			}
-			if len(e.Selectors) > 0 {
-				return d, fmt.Errorf("ResourceClaim %s request %q has CEL selectors, which gantry does not evaluate yet: select the GPU model with the gantry.dev/gpu-model annotation instead", pc.Name, r.Name)
-			}
-			count := int(e.Count)
-			if count == 0 {
-				count = 1
-			}
-			var mem int64
-			if e.Capacity != nil {
-				if q, ok := e.Capacity.Requests[memoryCapacity]; ok {
-					mem = q.Value()
-				}
-			}
-			if d.Count > 0 && d.MemoryBytes != mem {
-				return d, fmt.Errorf("pod asks for GPUs of different kinds (whole and shares, or shares of different sizes) across its claims; gantry places one kind per pod")
-			}
-			d.Count += count
-			d.MemoryBytes = mem
+		for _, r := range pc.Claim.Spec.Devices.Requests {
+			d.Count += max(int(r.Exactly.Count), 1)
+			d.MemoryBytes = requestedMemory(r.Exactly)
 			d.ByDevice = true
 		}
 	}
-	return d, nil
+	return d
 }
 
-func reservedFor(c *resourceapi.ResourceClaim, pod *corev1.Pod) bool {
+// requestedMemory is the memory share a request asks for, or 0 for whole devices.
+func requestedMemory(e *resourceapi.ExactDeviceRequest) int64 {
+	if e.Capacity != nil {
+		if q, ok := e.Capacity.Requests[memoryCapacity]; ok {
+			return q.Value()
+		}
+	}
+	return 0
+}
+
+func reservedFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
 	for _, r := range c.Status.ReservedFor {
-		if r.Resource == "pods" && r.UID == pod.UID {
+		if r.Resource == "pods" && r.UID == uid {
 			return true
 		}
 	}

@@ -115,6 +115,23 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 			DeleteFunc: func(obj any) {
 				if sl, ok := unwrap(obj).(*resourceapi.ResourceSlice); ok {
 					s.remove(c, sl)
+					c.DeleteSlice(sl.Name)
+				}
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		inf.synced = append(inf.synced, reg.HasSynced)
+	}
+	if served[schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "deviceclasses"}] {
+		classes := inf.core.Resource().V1().DeviceClasses().Informer()
+		reg, err := classes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.UpsertDeviceClass(obj.(*resourceapi.DeviceClass)) },
+			UpdateFunc: func(_, obj any) { c.UpsertDeviceClass(obj.(*resourceapi.DeviceClass)) },
+			DeleteFunc: func(obj any) {
+				if dc, ok := unwrap(obj).(*resourceapi.DeviceClass); ok {
+					c.DeleteDeviceClass(dc.Name)
 				}
 			},
 		})
@@ -281,6 +298,7 @@ type sliceIndex struct {
 }
 
 func (s *sliceIndex) upsert(c *Cache, sl *resourceapi.ResourceSlice) {
+	c.UpsertSlice(sl)
 	if sl.Spec.Driver != DriverName || sl.Spec.NodeName == nil {
 		return
 	}

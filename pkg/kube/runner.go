@@ -9,8 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -125,6 +127,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	c := r.cache
 	c.mu.Lock()
 	c.snap.Now = start.Unix()
+	c.chooseDevices(ctx)
 	c.markBadPods()
 	plan := r.sched.ScheduleSkipping(c.snap, func(g model.GangID) bool {
 		f, ok := r.failed[g]
@@ -150,6 +153,9 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		elastic bool
 	}
 	batches := make([]gangBatch, 0, len(plan.Binds))
+	taken := sets.New[structured.DeviceID]()
+	deferred := false
+plans:
 	for _, gb := range plan.Binds {
 		b := gangBatch{gang: gb.Gang, elastic: gb.Elastic}
 		if g := c.snap.Gangs[gb.Gang]; g != nil && !gb.Elastic {
@@ -160,14 +166,27 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 			if p == nil {
 				continue
 			}
-			b.reqs = append(b.reqs, bindRequest{pod: p, placement: pl, claims: c.podClaims[pl.Pod]})
+			allocs, viaAllocator, ok := c.takeAllocations(pl.Pod, pl.Node, taken)
+			if !ok {
+				// Another gang of this plan took a device of another driver that
+				// this one needs: try it again next cycle, whole.
+				deferred = true
+				continue plans
+			}
+			b.reqs = append(b.reqs, bindRequest{pod: p, placement: pl, claims: c.podClaims[pl.Pod], structured: viaAllocator, allocations: allocs})
 		}
 		batches = append(batches, b)
+	}
+	if deferred {
+		c.poke()
 	}
 	// Assume before unlocking, so that the next cycle sees the space as taken.
 	for _, b := range batches {
 		for _, req := range b.reqs {
 			c.assumeLocked(req.pod.ID, req.placement, start.Unix())
+			if req.structured {
+				c.markInflight(c.apiPods[req.pod.ID], req.claims, req.allocations)
+			}
 		}
 	}
 	victims := make([]*model.Pod, 0, len(plan.Evictions))

@@ -227,6 +227,13 @@ type Pod struct {
 	NominatedNode string
 	// CreatedAt orders pods first-come first-served, in seconds.
 	CreatedAt int64
+	// DeviceChoices, when not nil, names the only nodes the pod may go to and, for
+	// each, the exact GPUs it takes there (possibly none): devices that an allocator
+	// outside the core chose node by node, such as DRA's structured allocator for a
+	// claim with CEL selectors or other drivers' devices. The core still checks that
+	// those GPUs are free in its own view and scores the nodes; GPU then only
+	// describes the demand (for messages, ordering and queue charges).
+	DeviceChoices map[string][]GPUBinding
 }
 
 // Bound reports whether the pod is on a node.

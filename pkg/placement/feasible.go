@@ -26,6 +26,8 @@ const (
 	ReasonFreeGPUs        = "insufficient free GPUs"
 	ReasonGPUMemory       = "insufficient GPU memory"
 	ReasonLiveGPUMemory   = "insufficient live free GPU memory"
+	ReasonDevices         = "no devices that satisfy the pod's ResourceClaims"
+	ReasonChosenGPUsTaken = "the GPUs allocated for the pod's ResourceClaims are taken"
 )
 
 // misfit is why a node cannot take a pod; fits when it can. Checks return a code
@@ -46,6 +48,8 @@ const (
 	misfitFreeGPUs
 	misfitGPUMemory
 	misfitLiveGPUMemory
+	misfitDevices
+	misfitChosenGPUsTaken
 )
 
 var misfitReasons = [...]string{
@@ -62,6 +66,8 @@ var misfitReasons = [...]string{
 	misfitFreeGPUs:        ReasonFreeGPUs,
 	misfitGPUMemory:       ReasonGPUMemory,
 	misfitLiveGPUMemory:   ReasonLiveGPUMemory,
+	misfitDevices:         ReasonDevices,
+	misfitChosenGPUsTaken: ReasonChosenGPUsTaken,
 }
 
 // Feasible reports whether node n can take pod p as the node is now, and if not,
@@ -128,6 +134,11 @@ func (t *podTerms) staticMisfit(n *model.Node) misfit {
 	if untoleratedTaint(n, t.pod) != nil {
 		return misfitTaint
 	}
+	if t.pod.DeviceChoices != nil {
+		if _, ok := t.pod.DeviceChoices[n.Name]; !ok {
+			return misfitDevices
+		}
+	}
 	return fits
 }
 
@@ -142,7 +153,28 @@ func (t *podTerms) resourceMisfit(n *model.Node) misfit {
 	case t.requests.MemoryBytes > free.MemoryBytes:
 		return misfitMemory
 	}
+	if t.pod.DeviceChoices != nil {
+		return chosenGPUsMisfit(n, t.pod.DeviceChoices[n.Name])
+	}
 	return gpuMisfit(n, t.pod.GPU)
+}
+
+// chosenGPUsMisfit checks GPUs chosen outside the core (Pod.DeviceChoices) against
+// the node as it is now: a whole GPU must be idle, a share must fit in the memory not
+// booked and never joins a GPU held whole.
+func chosenGPUsMisfit(n *model.Node, chosen []model.GPUBinding) misfit {
+	for _, b := range chosen {
+		g := n.GPUByIndex(b.Index)
+		switch {
+		case g == nil || !g.Healthy:
+			return misfitChosenGPUsTaken
+		case b.Whole && !g.Idle():
+			return misfitChosenGPUsTaken
+		case !b.Whole && (g.Exclusive || b.MemoryBytes > g.FreeBytes()):
+			return misfitChosenGPUsTaken
+		}
+	}
+	return fits
 }
 
 var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}

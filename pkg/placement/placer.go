@@ -106,8 +106,16 @@ type verdict struct {
 	gpu    int
 }
 
-// verdict returns the cached verdict for a shape, computing it on a miss.
+// verdict returns the cached verdict for a shape, computing it on a miss. A pod
+// with DeviceChoices is not a shape other pods share, so its verdict is not cached.
 func (p *Placer) verdict(c *nodeCache, n *model.Node, q *podQuery) *verdict {
+	if q.chosen != nil {
+		v := &verdict{valid: true, misfit: q.terms.resourceMisfit(n)}
+		if v.misfit == fits {
+			v.rank, v.gpu = p.policy.rank(p, c, n, q)
+		}
+		return v
+	}
 	for i := range c.verdicts {
 		if v := &c.verdicts[i]; v.valid && v.key == q.key {
 			return v
@@ -163,11 +171,13 @@ type podQuery struct {
 	key      shapeKey
 	demand   model.GPUDemand
 	requests model.Resources
+	// chosen is Pod.DeviceChoices: the GPUs the pod takes on each node it may use.
+	chosen map[string][]model.GPUBinding
 }
 
 func newPodQuery(pod *model.Pod) *podQuery {
 	t := newPodTerms(pod)
-	return &podQuery{terms: t, key: keyOfShape(t.requests, pod.GPU), demand: pod.GPU, requests: t.requests}
+	return &podQuery{terms: t, key: keyOfShape(t.requests, pod.GPU), demand: pod.GPU, requests: t.requests, chosen: pod.DeviceChoices}
 }
 
 func (p *Placer) cacheFor(i int, n *model.Node) *nodeCache {
@@ -190,7 +200,7 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 	var bestRank rank
 	for i, n := range v.nodes {
 		c := p.cacheFor(i, n)
-		if (n.Unschedulable || q.terms.affinity != nil || len(n.Taints) > 0) && q.terms.staticMisfit(n) != fits {
+		if (n.Unschedulable || q.terms.affinity != nil || len(n.Taints) > 0 || q.chosen != nil) && q.terms.staticMisfit(n) != fits {
 			continue
 		}
 		verdict := p.verdict(c, n, q)
@@ -204,6 +214,9 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 		return Placement{}, p.unschedulable(v, q)
 	}
 	n := v.nodes[best]
+	if q.chosen != nil {
+		return Placement{Pod: pod.ID, Node: n.Name, GPUs: append([]model.GPUBinding(nil), q.chosen[n.Name]...)}, nil
+	}
 	return Placement{Pod: pod.ID, Node: n.Name, GPUs: bindGPUs(n, pod.GPU, bestGPU)}, nil
 }
 

@@ -95,6 +95,9 @@ func (f *fgdPolicy) rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (r
 	}
 
 	switch {
+	case q.chosen != nil:
+		applyChosen(slots, n, q.chosen[n.Name])
+		return score(), -1
 	case d.Count == 0:
 		return score(), -1
 	case d.Whole():
@@ -142,6 +145,32 @@ func (f *fgdPolicy) score(before, after float64, slots []gpuSlot, n *model.Node,
 	// different order compare equal and fall to the tie-breaks.
 	growth := math.Round((after-before)*1e6) / 1e6
 	return rank{growth, freeGPUMilli(slots), cpuLeftFraction(n, q)}
+}
+
+// applyChosen takes GPUs chosen outside the core (Pod.DeviceChoices) out of a
+// node's slots, as bindGPUs's choice is for other pods.
+func applyChosen(slots []gpuSlot, n *model.Node, chosen []model.GPUBinding) {
+	for _, b := range chosen {
+		for i := range n.GPUs {
+			if n.GPUs[i].Index != b.Index {
+				continue
+			}
+			if b.Whole {
+				slots[i].free = 0
+			} else {
+				slots[i].free -= b.MemoryBytes
+			}
+			slots[i].idle = false
+		}
+	}
+}
+
+// bindingMilli is how much GPU capacity a binding takes on g, in thousandths.
+func bindingMilli(b model.GPUBinding, g *model.GPU) float64 {
+	if b.Whole || g.MemoryBytes <= 0 {
+		return model.MilliPerGPU
+	}
+	return float64(b.MemoryBytes) * model.MilliPerGPU / float64(g.MemoryBytes)
 }
 
 // sameSlotEarlier reports whether a GPU before position i is in the same state as
@@ -214,6 +243,13 @@ func gpuAfter(p *Placer, n *model.Node, q *podQuery, better func(slack, best flo
 	left = freeGPUMilli(p.slots)
 	d := q.demand
 	switch {
+	case q.chosen != nil:
+		for _, b := range q.chosen[n.Name] {
+			if g := n.GPUByIndex(b.Index); g != nil {
+				left -= bindingMilli(b, g)
+			}
+		}
+		return left, -1, 0
 	case d.Count == 0:
 		return left, -1, 0
 	case d.Whole():

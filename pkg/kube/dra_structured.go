@@ -1,0 +1,536 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// Claims that pkg/placement cannot place on its own (CEL selectors, other
+// DeviceClasses and drivers, firstAvailable lists, constraints, "All" mode, claims
+// shared between pods) go through k8s.io/dynamic-resource-allocation/structured, the
+// allocator kube-scheduler uses. Each cycle it is asked, node by node, which devices
+// the pod's claims would get there; the gpu.gantry.dev devices among them become the
+// pod's model.Pod.DeviceChoices, so the core scores those nodes and books exactly
+// those GPUs, and the full AllocationResult is written to the claim at binding.
+//
+// The allocator sees gpu.gantry.dev devices as the core books them (so the GPUs
+// held by pods placed by count, by shares or by pods not yet confirmed count as used)
+// and other drivers' devices as the ResourceClaims say, plus what this scheduler has
+// allocated but the informer has not shown yet.
+
+// draFeatures are the allocator features Gantry asks for: those of the DRA feature
+// gates that are on by default in Kubernetes 1.37.
+var draFeatures = structured.Features{
+	AdminAccess:            true,
+	ConsumableCapacity:     true,
+	DeviceTaints:           true,
+	PartitionableDevices:   true,
+	PrioritizedList:        true,
+	DeviceBindingAndStatus: true,
+}
+
+// draState is what the structured allocator reads, kept by the Cache under its lock.
+type draState struct {
+	// slices are every driver's ResourceSlices by name; classes the DeviceClasses.
+	slices  map[string]*resourceapi.ResourceSlice
+	classes map[string]*resourceapi.DeviceClass
+	// inflight are allocations this scheduler decided for claims ("namespace/name")
+	// whose status the informer has not shown allocated yet.
+	inflight map[string]resourceapi.AllocationResult
+	celCache *cel.Cache
+	// structured are the pods whose claims need the structured allocator.
+	structured map[model.PodID]struct{}
+	// choices are, per such pod, the allocation of its unallocated claims on each
+	// node where one exists, from the last cycle.
+	choices map[model.PodID]map[string][]resourceapi.AllocationResult
+	// failed are the pods whose podErrors entry the allocator wrote, cleared and
+	// written again each cycle.
+	failed map[model.PodID]bool
+}
+
+func newDRAState() draState {
+	return draState{
+		slices:     map[string]*resourceapi.ResourceSlice{},
+		classes:    map[string]*resourceapi.DeviceClass{},
+		inflight:   map[string]resourceapi.AllocationResult{},
+		celCache:   cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true}),
+		structured: map[model.PodID]struct{}{},
+		choices:    map[model.PodID]map[string][]resourceapi.AllocationResult{},
+		failed:     map[model.PodID]bool{},
+	}
+}
+
+// UpsertSlice records a ResourceSlice of any driver for the structured allocator.
+func (c *Cache) UpsertSlice(sl *resourceapi.ResourceSlice) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dra.slices[sl.Name] = sl
+	c.freed()
+}
+
+// DeleteSlice forgets a ResourceSlice.
+func (c *Cache) DeleteSlice(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.dra.slices, name)
+	c.freed()
+}
+
+// UpsertDeviceClass records a DeviceClass.
+func (c *Cache) UpsertDeviceClass(dc *resourceapi.DeviceClass) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dra.classes[dc.Name] = dc
+	c.freed()
+}
+
+// DeleteDeviceClass forgets a DeviceClass.
+func (c *Cache) DeleteDeviceClass(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.dra.classes, name)
+	c.freed()
+}
+
+// classLister serves the cached DeviceClasses to the allocator. Used under the
+// Cache's lock only.
+type classLister map[string]*resourceapi.DeviceClass
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(l))
+	for _, dc := range l {
+		out = append(out, dc)
+	}
+	return out, nil
+}
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if dc, ok := l[name]; ok {
+		return dc, nil
+	}
+	return nil, fmt.Errorf("DeviceClass %q does not exist", name)
+}
+
+// needsAllocator reports whether a pod's claims are beyond what claimDemand
+// places by itself: anything but selector-free, exact-count requests on
+// gpu.gantry.dev, all of one kind (whole GPUs or shares of one size), in claims of
+// the pod's own.
+func needsAllocator(pod *corev1.Pod, pcs []podClaim) bool {
+	kind := int64(-1)
+	for _, pc := range pcs {
+		c := pc.Claim
+		if len(c.Spec.Devices.Constraints) > 0 || len(c.Spec.Devices.Config) > 0 {
+			return true
+		}
+		for _, r := range c.Spec.Devices.Requests {
+			e := r.Exactly
+			if e == nil || e.DeviceClassName != DriverName || len(e.Selectors) > 0 ||
+				e.AllocationMode == resourceapi.DeviceAllocationModeAll || len(e.Tolerations) > 0 ||
+				(e.AdminAccess != nil && *e.AdminAccess) {
+				return true
+			}
+			mem := requestedMemory(e)
+			if kind >= 0 && mem != kind {
+				return true
+			}
+			kind = mem
+		}
+	}
+	return false
+}
+
+// reservedOnlyFor reports whether every consumer of an allocated claim is pod: an
+// allocation left from this pod's own failed binding, which is redone.
+func reservedOnlyFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
+	if len(c.Status.ReservedFor) == 0 {
+		return false
+	}
+	for _, r := range c.Status.ReservedFor {
+		if r.Resource != "pods" || r.UID != uid {
+			return false
+		}
+	}
+	return true
+}
+
+// structuredDemand estimates, for messages, ordering and queue charges, the
+// gpu.gantry.dev GPUs a pod's claims ask for; the allocator decides the devices.
+func structuredDemand(pcs []podClaim, d model.GPUDemand) model.GPUDemand {
+	for _, pc := range pcs {
+		for _, r := range pc.Claim.Spec.Devices.Requests {
+			e := r.Exactly
+			if e == nil && len(r.FirstAvailable) > 0 {
+				s := r.FirstAvailable[0]
+				e = &resourceapi.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Count: s.Count, Capacity: s.Capacity}
+			}
+			if e == nil || e.DeviceClassName != DriverName {
+				continue
+			}
+			count := max(int(e.Count), 1)
+			d.Count += count
+			if e.Capacity != nil {
+				if q, ok := e.Capacity.Requests[memoryCapacity]; ok {
+					d.MemoryBytes = max(d.MemoryBytes, q.Value())
+				}
+			}
+		}
+	}
+	d.ByDevice = true
+	return d
+}
+
+// sharedClaim returns an error naming a claim of the pod that is allocated for
+// another consumer. Gantry books a GPU on the pod that holds it, so a claim shared
+// between pods would be booked once and freed when its first pod ends.
+func sharedClaim(pod *corev1.Pod, pcs []podClaim) error {
+	for _, pc := range pcs {
+		c := pc.Claim
+		if c.Status.Allocation != nil && !reservedFor(c, pod.UID) {
+			return fmt.Errorf("ResourceClaim %s is already allocated to another consumer; gantry does not share one claim between pods yet: give each pod its own claim (a ResourceClaimTemplate)", pc.Name)
+		}
+	}
+	return nil
+}
+
+// toAllocate returns the claims of a pod the allocator must allocate (copies without
+// a stale allocation of the pod's own) and the allocated claims it must share.
+func toAllocate(pod *corev1.Pod, pcs []podClaim) (unallocated, shared []*resourceapi.ResourceClaim) {
+	for _, pc := range pcs {
+		c := pc.Claim
+		switch {
+		case c.Status.Allocation == nil:
+			unallocated = append(unallocated, c)
+		case reservedOnlyFor(c, pod.UID):
+			cp := c.DeepCopy()
+			cp.Status.Allocation, cp.Status.ReservedFor = nil, nil
+			unallocated = append(unallocated, cp)
+		default:
+			shared = append(shared, c)
+		}
+	}
+	return unallocated, shared
+}
+
+// allocatedState is what is taken, as the allocator needs it: gpu.gantry.dev
+// devices from the core's bookings, other drivers' devices from the claims and from
+// this scheduler's allocations in flight. Claims in skip (stale allocations about to
+// be redone) do not count. Caller holds mu.
+func (c *Cache) allocatedState(skip map[string]bool) structured.AllocatedState {
+	st := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	for _, n := range c.snap.Nodes {
+		if n.GPUsByCountOnly {
+			continue
+		}
+		for i := range n.GPUs {
+			g := &n.GPUs[i]
+			id := structured.MakeDeviceID(DriverName, n.Name, DeviceName(g.Index))
+			switch {
+			case g.Exclusive || !g.Healthy:
+				st.AllocatedDevices.Insert(id)
+			case g.AllocatedBytes > 0:
+				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, map[resourceapi.QualifiedName]resource.Quantity{
+					memoryCapacity: *resource.NewQuantity(g.AllocatedBytes, resource.BinarySI),
+				}))
+			}
+		}
+	}
+	add := func(a *resourceapi.AllocationResult) {
+		for _, r := range a.Devices.Results {
+			if r.Driver == DriverName {
+				continue // booked in the core
+			}
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if r.ShareID == nil {
+				st.AllocatedDevices.Insert(id)
+				continue
+			}
+			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+			if len(r.ConsumedCapacity) > 0 {
+				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+			}
+		}
+	}
+	for key, cl := range c.claims {
+		if skip[key] {
+			continue
+		}
+		if cl.Status.Allocation != nil {
+			add(cl.Status.Allocation)
+		} else if a, ok := c.dra.inflight[key]; ok {
+			add(&a)
+		}
+	}
+	return st
+}
+
+// chooseDevices runs the structured allocator for every pending pod that needs it
+// and records, on the pod, the nodes where its claims can be allocated and the GPUs
+// they would take there. A claim the allocator rejects as invalid (a CEL error, a
+// missing DeviceClass) holds the pod back with the allocator's words. Caller holds mu.
+func (c *Cache) chooseDevices(ctx context.Context) {
+	for id := range c.dra.failed {
+		delete(c.podErrors, id)
+	}
+	clear(c.dra.failed)
+	var ids []model.PodID
+	skip := map[string]bool{}
+	for id := range c.dra.structured {
+		p, api := c.snap.Pods[id], c.apiPods[id]
+		if p == nil || api == nil || p.Bound() || c.podErrors[id] != "" {
+			continue
+		}
+		ids = append(ids, id)
+		for _, pc := range c.podClaims[id] {
+			if pc.Claim.Status.Allocation != nil && reservedOnlyFor(pc.Claim, api.UID) {
+				skip[api.Namespace+"/"+pc.Name] = true
+			}
+		}
+	}
+	clear(c.dra.choices)
+	if len(ids) == 0 {
+		return
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	slices := make([]*resourceapi.ResourceSlice, 0, len(c.dra.slices))
+	onNode := map[string]bool{}
+	networked := false
+	for _, sl := range c.dra.slices {
+		slices = append(slices, sl)
+		if sl.Spec.NodeName != nil {
+			onNode[*sl.Spec.NodeName] = true
+		} else {
+			networked = true
+		}
+	}
+	nodes := make([]*corev1.Node, 0, len(c.apiNodes))
+	for name, n := range c.apiNodes {
+		if networked || onNode[name] {
+			nodes = append(nodes, n)
+		}
+	}
+	allocator, err := structured.NewAllocator(ctx, draFeatures, c.allocatedState(skip), classLister(c.dra.classes), slices, c.dra.celCache)
+	for _, id := range ids {
+		api := c.apiPods[id]
+		if err == nil {
+			err = c.choosePodDevices(ctx, allocator, api, id, nodes)
+		}
+		if err != nil {
+			c.podErrors[id] = "ResourceClaims cannot be allocated: " + err.Error()
+			c.dra.failed[id] = true
+		}
+	}
+}
+
+// choosePodDevices asks the allocator about one pod on every candidate node.
+func (c *Cache) choosePodDevices(ctx context.Context, allocator structured.Allocator, api *corev1.Pod, id model.PodID, nodes []*corev1.Node) error {
+	unallocated, shared := toAllocate(api, c.podClaims[id])
+	choices := map[string][]model.GPUBinding{}
+	allocs := map[string][]resourceapi.AllocationResult{}
+	for _, n := range nodes {
+		ok := true
+		for _, sc := range shared {
+			if sel := sc.Status.Allocation.NodeSelector; sel != nil {
+				if match, err := corev1helpers.MatchNodeSelectorTerms(n, sel); err != nil || !match {
+					ok = false
+				}
+			}
+		}
+		if !ok {
+			continue
+		}
+		var results []resourceapi.AllocationResult
+		if len(unallocated) > 0 {
+			var err error
+			results, err = allocator.Allocate(ctx, n, unallocated)
+			if err != nil {
+				if errors.Is(err, structured.ErrFailedAllocationOnNode) {
+					continue
+				}
+				return err
+			}
+			if results == nil {
+				continue
+			}
+		}
+		gpus, err := c.gpusOfAllocation(n.Name, results)
+		if err != nil {
+			continue
+		}
+		choices[n.Name] = gpus
+		allocs[n.Name] = results
+	}
+	// Nodes without any slice can still take a pod whose claims are all shared and
+	// allocated for devices reachable from them.
+	if len(unallocated) == 0 {
+		for name, n := range c.apiNodes {
+			if _, done := choices[name]; done {
+				continue
+			}
+			ok := true
+			for _, sc := range shared {
+				if sel := sc.Status.Allocation.NodeSelector; sel != nil {
+					if match, err := corev1helpers.MatchNodeSelectorTerms(n, sel); err != nil || !match {
+						ok = false
+					}
+				}
+			}
+			if ok {
+				choices[name] = nil
+				allocs[name] = nil
+			}
+		}
+	}
+	p := *c.snap.Pods[id]
+	p.DeviceChoices = choices
+	c.snap.Pods[id] = &p
+	c.dra.choices[id] = allocs
+	return nil
+}
+
+// gpusOfAllocation turns the gpu.gantry.dev devices of allocation results on a node
+// into the GPUs the core books: a whole GPU, or a share of the memory consumed.
+func (c *Cache) gpusOfAllocation(node string, results []resourceapi.AllocationResult) ([]model.GPUBinding, error) {
+	var out []model.GPUBinding
+	n := c.snap.Node(node)
+	for _, a := range results {
+		for _, r := range a.Devices.Results {
+			if r.Driver != DriverName {
+				continue
+			}
+			index, err := deviceIndex(r.Device)
+			if err != nil || r.Pool != node || n == nil {
+				return nil, fmt.Errorf("device %s/%s is not a GPU of node %s", r.Pool, r.Device, node)
+			}
+			g := n.GPUByIndex(index)
+			if g == nil {
+				return nil, fmt.Errorf("node %s has no GPU %d", node, index)
+			}
+			b := model.GPUBinding{Index: index, MemoryBytes: g.MemoryBytes, Whole: true}
+			if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil && q.Value() < g.MemoryBytes {
+				b = model.GPUBinding{Index: index, MemoryBytes: q.Value()}
+			}
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// deviceIndex reads the GPU index from a device name DeviceName made.
+func deviceIndex(name string) (int, error) {
+	s, ok := strings.CutPrefix(name, "gpu-")
+	if !ok {
+		return 0, fmt.Errorf("not a GPU device: %s", name)
+	}
+	return strconv.Atoi(s)
+}
+
+// takeAllocations returns, for a pod the cycle placed on node, whether the
+// structured allocator chose its devices and, if so, the allocation of its
+// unallocated claims there. ok is false when another pod of the same plan already
+// took one of the other drivers' devices in them (the core books only GPUs, so it
+// cannot see that clash). Caller holds mu.
+func (c *Cache) takeAllocations(id model.PodID, node string, taken sets.Set[structured.DeviceID]) (allocs []resourceapi.AllocationResult, viaAllocator, ok bool) {
+	perNode, viaAllocator := c.dra.choices[id]
+	if !viaAllocator {
+		return nil, false, true
+	}
+	allocs = perNode[node]
+	var ids []structured.DeviceID
+	for _, a := range allocs {
+		for _, r := range a.Devices.Results {
+			if r.Driver == DriverName || r.ShareID != nil {
+				continue
+			}
+			did := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			if taken.Has(did) {
+				return nil, true, false
+			}
+			ids = append(ids, did)
+		}
+	}
+	taken.Insert(ids...)
+	return allocs, true, true
+}
+
+// markInflight records allocations about to be written, so the next cycle's
+// allocator counts them before the informer shows them. Caller holds mu.
+func (c *Cache) markInflight(api *corev1.Pod, pcs []podClaim, allocs []resourceapi.AllocationResult) {
+	unallocated, _ := toAllocate(api, pcs)
+	for i, cl := range unallocated {
+		if i < len(allocs) {
+			c.dra.inflight[cl.Namespace+"/"+cl.Name] = allocs[i]
+		}
+	}
+}
+
+// dropInflight forgets the in-flight allocations of a pod whose binding failed.
+// Caller holds mu.
+func (c *Cache) dropInflight(id model.PodID) {
+	for _, pc := range c.podClaims[id] {
+		delete(c.dra.inflight, pc.Claim.Namespace+"/"+pc.Name)
+	}
+}
+
+// writeAllocations writes the structured allocator's results into the pod's
+// unallocated claims (redoing a stale allocation of the pod's own) and reserves
+// every claim, shared ones included, for the pod. It runs before the Binding.
+func writeAllocations(ctx context.Context, client kubernetes.Interface, pod *model.Pod, pcs []podClaim, allocs []resourceapi.AllocationResult) error {
+	uid := types.UID(pod.UID)
+	next := 0
+	for _, pc := range pcs {
+		c := pc.Claim.DeepCopy()
+		switch {
+		case c.Status.Allocation == nil || reservedOnlyFor(c, uid):
+			if next >= len(allocs) {
+				return fmt.Errorf("ResourceClaim %s/%s: no allocation was chosen for it", c.Namespace, c.Name)
+			}
+			if c.Status.Allocation != nil {
+				c.Status.Allocation, c.Status.ReservedFor = nil, nil
+				cleared, err := client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+				if err != nil {
+					return fmt.Errorf("release stale allocation of ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
+				}
+				c = cleared
+			}
+			a := allocs[next].DeepCopy()
+			next++
+			if a.AllocationTimestamp == nil {
+				now := metav1.Now()
+				a.AllocationTimestamp = &now
+			}
+			c.Status.Allocation = a
+		case reservedFor(c, uid):
+			continue
+		case len(c.Status.ReservedFor) >= resourceapi.ResourceClaimReservedForMaxSize:
+			return fmt.Errorf("ResourceClaim %s/%s is shared by %d consumers already, the most it can have", c.Namespace, c.Name, len(c.Status.ReservedFor))
+		}
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{
+			Resource: "pods", Name: podName(pod.ID), UID: uid,
+		})
+		if _, err := client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("allocate ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gantry-dev/gantry/pkg/kube"
+)
+
+// createTemplate creates a ResourceClaimTemplate whose claims have the given requests.
+func createTemplate(t *testing.T, ns, name string, requests ...resourceapi.DeviceRequest) {
+	t.Helper()
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: requests,
+		}}},
+	}
+	if _, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allocatedClaims lists the namespace's allocated claims.
+func allocatedClaims(t *testing.T, ns string) []resourceapi.ResourceClaim {
+	t.Helper()
+	list, err := env.Client.ResourceV1().ResourceClaims(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []resourceapi.ResourceClaim
+	for _, c := range list.Items {
+		if c.Status.Allocation != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// A claim whose CEL selector asks for one GPU model is allocated by the structured
+// allocator on the node that has it, the GPUs it took are booked in the core (pods
+// placed by count afterwards go elsewhere), and a claim that no device satisfies
+// waits with a message that says so.
+func TestDRASelectorPicksMatchingGPUs(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	h100, l4 := gpuNode(ns+"-h100", 0, "", 0), gpuNode(ns+"-l4", 0, "", 0)
+	createNodes(t, h100, l4)
+	publishGPUs(t, h100.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
+	publishGPUs(t, l4.Name, 2, "NVIDIA L4", 24<<30)
+	createTemplate(t, ns, "l4", resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: kube.DriverName,
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: `device.attributes["gpu.gantry.dev"].productName == "NVIDIA L4"`,
+		}}},
+	}})
+	var pods []*corev1.Pod
+	for i := 0; i < 3; i++ {
+		pods = append(pods, newPod(ns, fmt.Sprintf("l4-%d", i), withClaimTemplate("l4"), onTestNodes(t)))
+	}
+	createPods(t, pods...)
+	got := waitPods(t, ns, 60*time.Second, "2 pods on the L4 node, 1 explained", func(ps []corev1.Pod) bool {
+		return bound(ps) == 2 && running(ps) == 2 && unschedulableMessage(ps, podLeftOut(ps)) != ""
+	})
+	for _, p := range got {
+		if p.Spec.NodeName != "" && p.Spec.NodeName != l4.Name {
+			t.Errorf("pod %s bound to %s, want the L4 node %s", p.Name, p.Spec.NodeName, l4.Name)
+		}
+	}
+	if msg := unschedulableMessage(got, podLeftOut(got)); !strings.Contains(msg, "no devices that satisfy the pod's ResourceClaims") {
+		t.Errorf("left-out pod says %q, want it to say no devices satisfy its claims", msg)
+	}
+	devices := map[string]bool{}
+	for _, c := range allocatedClaims(t, ns) {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Pool != l4.Name {
+				t.Errorf("claim %s got %s/%s, want a device of %s", c.Name, r.Pool, r.Device, l4.Name)
+			}
+			if devices[r.Device] {
+				t.Errorf("device %s allocated twice", r.Device)
+			}
+			devices[r.Device] = true
+		}
+		if len(c.Status.ReservedFor) != 1 {
+			t.Errorf("claim %s reserved for %v, want its pod", c.Name, c.Status.ReservedFor)
+		}
+	}
+	if len(devices) != 2 {
+		t.Errorf("%d L4 devices allocated, want 2", len(devices))
+	}
+
+	// Plain claims now: the L4 GPUs are taken, so they go to the H100 node, and a
+	// third waits.
+	if _, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, claimTemplate(ns, "any", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var plain []*corev1.Pod
+	for i := 0; i < 3; i++ {
+		plain = append(plain, newPod(ns, fmt.Sprintf("any-%d", i), withClaimTemplate("any"), onTestNodes(t)))
+	}
+	createPods(t, plain...)
+	got = waitPods(t, ns, 60*time.Second, "2 plain pods on the H100 node", func(ps []corev1.Pod) bool {
+		n := 0
+		for _, p := range ps {
+			if strings.HasPrefix(p.Name, "any-") && p.Spec.NodeName == h100.Name {
+				n++
+			}
+		}
+		return n == 2
+	})
+	holdPods(t, ns, 2*time.Second, "no GPU given twice", func(ps []corev1.Pod) bool {
+		return bound(ps) == 4
+	})
+}
+
+// A claim that also asks for a device of another driver (a NIC here, through its
+// own DeviceClass) goes to the node that has one, gets both devices in one
+// allocation, and a second such claim waits while the only NIC is taken.
+func TestDRAOtherDriverDevicesAreAllocated(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	const nicDriver = "nic.example.com"
+	dc := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: nicDriver},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "nic.example.com"`},
+		}}},
+	}
+	if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), nicDriver, metav1.DeleteOptions{}) })
+	a, b := gpuNode(ns+"-a", 0, "", 0), gpuNode(ns+"-b", 0, "", 0)
+	createNodes(t, a, b)
+	publishGPUs(t, a.Name, 4, "NVIDIA H100 80GB HBM3", 80<<30)
+	publishGPUs(t, b.Name, 4, "NVIDIA H100 80GB HBM3", 80<<30)
+	nics := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: b.Name + "-nic"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   nicDriver,
+			NodeName: ptr.To(b.Name),
+			Pool:     resourceapi.ResourcePool{Name: b.Name, ResourceSliceCount: 1},
+			Devices:  []resourceapi.Device{{Name: "nic-0"}},
+		},
+	}
+	if _, err := env.Client.ResourceV1().ResourceSlices().Create(ctx, nics, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.ResourceV1().ResourceSlices().Delete(context.Background(), nics.Name, metav1.DeleteOptions{})
+	})
+	createTemplate(t, ns, "gpu-and-nic",
+		resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: kube.DriverName}},
+		resourceapi.DeviceRequest{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nicDriver}},
+	)
+	createPods(t,
+		newPod(ns, "x", withClaimTemplate("gpu-and-nic"), onTestNodes(t)),
+		newPod(ns, "y", withClaimTemplate("gpu-and-nic"), onTestNodes(t)),
+	)
+	got := waitPods(t, ns, 60*time.Second, "one pod on the NIC node, one explained", func(ps []corev1.Pod) bool {
+		return bound(ps) == 1 && running(ps) == 1 && unschedulableMessage(ps, podLeftOut(ps)) != ""
+	})
+	for _, p := range got {
+		if p.Spec.NodeName != "" && p.Spec.NodeName != b.Name {
+			t.Errorf("pod %s bound to %s, want %s, the node with the NIC", p.Name, p.Spec.NodeName, b.Name)
+		}
+	}
+	claims := allocatedClaims(t, ns)
+	if len(claims) != 1 {
+		t.Fatalf("%d claims allocated, want 1", len(claims))
+	}
+	drivers := map[string]string{}
+	for _, r := range claims[0].Status.Allocation.Devices.Results {
+		drivers[r.Driver] = r.Pool + "/" + r.Device
+	}
+	if drivers[nicDriver] != b.Name+"/nic-0" || !strings.HasPrefix(drivers[kube.DriverName], b.Name+"/gpu-") {
+		t.Errorf("allocation %v, want a GPU and nic-0 of %s", drivers, b.Name)
+	}
+	holdPods(t, ns, 2*time.Second, "the second pod waits for the NIC", func(ps []corev1.Pod) bool { return bound(ps) == 1 })
+
+	// When the first pod goes, its claim is deallocated by kube-controller-manager
+	// and the NIC passes to the second.
+	first := got[0].Name
+	if got[0].Spec.NodeName == "" {
+		first = got[1].Name
+	}
+	grace := int64(0)
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, first, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(t, ns, 60*time.Second, "the second pod bound once the NIC is free", func(ps []corev1.Pod) bool {
+		return len(ps) == 1 && bound(ps) == 1 && ps[0].Spec.NodeName == b.Name
+	})
+}
+
+// A claim the allocator refuses as invalid (its DeviceClass does not exist) holds
+// the pod back with the allocator's words.
+func TestDRAMissingDeviceClassIsExplained(t *testing.T) {
+	requireEnv(t)
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	a := gpuNode(ns+"-a", 0, "", 0)
+	createNodes(t, a)
+	publishGPUs(t, a.Name, 1, "NVIDIA H100 80GB HBM3", 80<<30)
+	createTemplate(t, ns, "nowhere", resourceapi.DeviceRequest{Name: "dev", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "no-such-class.example.com"}})
+	createPods(t, newPod(ns, "p", withClaimTemplate("nowhere"), onTestNodes(t)))
+	got := waitPods(t, ns, 60*time.Second, "pod explained", func(ps []corev1.Pod) bool {
+		return len(ps) == 1 && unschedulableMessage(ps, "p") != ""
+	})
+	if msg := unschedulableMessage(got, "p"); !strings.Contains(msg, "no-such-class.example.com") {
+		t.Errorf("pod says %q, want it to name the missing DeviceClass", msg)
+	}
+}
