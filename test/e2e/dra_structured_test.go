@@ -141,7 +141,9 @@ func TestDRAOtherDriverDevicesAreAllocated(t *testing.T) {
 	if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), nicDriver, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), nicDriver, metav1.DeleteOptions{})
+	})
 	a, b := gpuNode(ns+"-a", 0, "", 0), gpuNode(ns+"-b", 0, "", 0)
 	createNodes(t, a, b)
 	publishGPUs(t, a.Name, 4, "NVIDIA H100 80GB HBM3", 80<<30)
