@@ -270,6 +270,14 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 	}
 	p, demandErr := c.podFromAPI(pod, id, ours)
 	c.indexClaims(pod, id)
+	if pod.Spec.NodeName != "" && len(p.GPUs) == 0 && len(pod.Spec.ResourceClaims) > 0 {
+		// Bound by another scheduler (or before the annotation existed): the GPUs
+		// its allocated claims hold are taken all the same.
+		if gpus := claimedGPUs(pod, c.claims); len(gpus) > 0 {
+			p.GPUs = gpus
+			p.GPU = model.GPUDemand{Count: len(gpus), ByDevice: true}
+		}
+	}
 	delete(c.dra.structured, id)
 	if ours && pod.Spec.NodeName == "" && len(pod.Spec.ResourceClaims) > 0 && demandErr == nil {
 		pcs, waiting := claimsOf(pod, c.claims)
@@ -513,8 +521,13 @@ func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
 	// and under the same lock: a copy taken earlier could be older than a binding the
 	// informer has delivered since, and would make a bound pod look pending again.
 	for id := range c.claimUsers[key] {
-		if p := c.apiPods[id]; p != nil && p.Spec.NodeName == "" && !c.assumed[id] {
+		p := c.apiPods[id]
+		switch {
+		case p == nil:
+		case p.Spec.NodeName == "" && !c.assumed[id]:
 			c.upsertPodLocked(p)
+		case p.Spec.NodeName != "" && p.Annotations[AnnotationGPUs] == "":
+			c.upsertPodLocked(p) // GPUs known only from its claims
 		}
 	}
 }

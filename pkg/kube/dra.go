@@ -148,3 +148,28 @@ func podName(id model.PodID) string {
 	_, name := splitID(id)
 	return name
 }
+
+// claimedGPUs returns the gpu.gantry.dev devices on a bound pod's node that the
+// pod's allocated claims hold: whole GPUs, or shares of the memory they consume.
+func claimedGPUs(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) []model.GPUBinding {
+	pcs, _ := claimsOf(pod, claims)
+	var out []model.GPUBinding
+	for _, pc := range pcs {
+		a := pc.Claim.Status.Allocation
+		if a == nil {
+			continue
+		}
+		for _, r := range a.Devices.Results {
+			index, err := deviceIndex(r.Device)
+			if r.Driver != DriverName || r.Pool != pod.Spec.NodeName || err != nil {
+				continue
+			}
+			b := model.GPUBinding{Index: index, Whole: true}
+			if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil {
+				b = model.GPUBinding{Index: index, MemoryBytes: q.Value()}
+			}
+			out = append(out, b)
+		}
+	}
+	return out
+}

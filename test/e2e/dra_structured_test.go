@@ -225,3 +225,60 @@ func TestDRAMissingDeviceClassIsExplained(t *testing.T) {
 		t.Errorf("pod says %q, want it to name the missing DeviceClass", msg)
 	}
 }
+
+// GPUs that another scheduler gave a pod through its claims are taken: Gantry does
+// not place its own pods on them.
+func TestDRAClaimsOfOtherSchedulersCountAsUsed(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	a := gpuNode(ns+"-a", 0, "", 0)
+	createNodes(t, a)
+	publishGPUs(t, a.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "theirs"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: kube.DriverName, Count: 2},
+		}}}},
+	}
+	claim, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pod placed by someone else: bound by nodeName, its claim allocated by them.
+	theirs := newPod(ns, "theirs", withScheduler("default-scheduler"), onTestNodes(t), func(p *corev1.Pod) {
+		p.Spec.NodeName = a.Name
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("theirs")}}
+		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	})
+	createPods(t, theirs)
+	pod, err := env.Client.CoreV1().Pods(ns).Get(ctx, "theirs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "gpu", Driver: kube.DriverName, Pool: a.Name, Device: kube.DeviceName(0)},
+			{Request: "gpu", Driver: kube.DriverName, Pool: a.Name, Device: kube.DeviceName(1)},
+		}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{a.Name}}},
+		}}},
+	}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	if _, err := env.Client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, claimTemplate(ns, "one", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPods(t, newPod(ns, "ours", withClaimTemplate("one"), onTestNodes(t)))
+	got := waitPods(t, ns, 60*time.Second, "our pod explained", func(ps []corev1.Pod) bool {
+		return unschedulableMessage(ps, "ours") != ""
+	})
+	if msg := unschedulableMessage(got, "ours"); !strings.Contains(msg, "insufficient free GPUs") {
+		t.Errorf("our pod says %q, want insufficient free GPUs", msg)
+	}
+	holdPods(t, ns, 2*time.Second, "our pod stays pending", func(ps []corev1.Pod) bool { return bound(ps) == 1 })
+}
