@@ -2,12 +2,14 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,6 +20,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 
 	"github.com/gantry-dev/gantry/pkg/model"
 )
@@ -255,63 +258,63 @@ func (c *Cache) allocatedState(skip map[string]bool) structured.AllocatedState {
 			}
 		}
 	}
-	add := func(a *resourceapi.AllocationResult) {
-		for _, r := range a.Devices.Results {
-			if r.Driver == DriverName {
-				continue // booked in the core
-			}
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if r.ShareID == nil {
-				st.AllocatedDevices.Insert(id)
-				continue
-			}
-			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-			if len(r.ConsumedCapacity) > 0 {
-				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-			}
-		}
-	}
 	for key, cl := range c.claims {
 		if skip[key] {
 			continue
 		}
 		if cl.Status.Allocation != nil {
-			add(cl.Status.Allocation)
+			addResults(&st, cl.Status.Allocation, false)
 		} else if a, ok := c.dra.inflight[key]; ok {
-			add(&a)
+			addResults(&st, &a, false)
 		}
 	}
 	return st
 }
 
-// chooseDevices runs the structured allocator for every pending pod that needs it
-// and records, on the pod, the nodes where its claims can be allocated and the GPUs
+// chooseDevices runs the structured allocator for the pending pods that need it
+// and records, on each pod, the nodes where its claims can be allocated and the GPUs
 // they would take there. A claim the allocator rejects as invalid (a CEL error, a
-// missing DeviceClass) holds the pod back with the allocator's words. Caller holds mu.
-func (c *Cache) chooseDevices(ctx context.Context) {
+// missing DeviceClass) holds the pod back with the allocator's words. Pods for
+// which skip is true (gangs the cycle will not try) keep last cycle's choices.
+// Caller holds mu.
+//
+// Pods whose claims are alike (replicas from one ResourceClaimTemplate) are asked
+// about once: the allocator is run in levels, each with the devices of the levels
+// before it taken, so the i-th such pod gets level i (modulo the number of levels)
+// and pods of one template that share a node get different devices there. The cost
+// is levels × nodes allocator calls per kind of claim, not pods × nodes.
+func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool) {
 	for id := range c.dra.failed {
 		delete(c.podErrors, id)
 	}
 	clear(c.dra.failed)
-	var ids []model.PodID
-	skip := map[string]bool{}
+	clear(c.dra.choices)
+	groups := map[string][]model.PodID{}
+	stale := map[string]bool{}
 	for id := range c.dra.structured {
 		p, api := c.snap.Pods[id], c.apiPods[id]
 		if p == nil || api == nil || p.Bound() || c.podErrors[id] != "" {
 			continue
 		}
-		ids = append(ids, id)
 		for _, pc := range c.podClaims[id] {
 			if pc.Claim.Status.Allocation != nil && reservedOnlyFor(pc.Claim, api.UID) {
-				skip[api.Namespace+"/"+pc.Name] = true
+				stale[api.Namespace+"/"+pc.Name] = true
 			}
 		}
+		if skip != nil && skip(p.Gang) {
+			continue
+		}
+		key := claimsKey(api, c.podClaims[id], id)
+		groups[key] = append(groups[key], id)
 	}
-	clear(c.dra.choices)
-	if len(ids) == 0 {
+	if len(groups) == 0 {
 		return
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
 	slices := make([]*resourceapi.ResourceSlice, 0, len(c.dra.slices))
 	onNode := map[string]bool{}
 	networked := false
@@ -323,89 +326,175 @@ func (c *Cache) chooseDevices(ctx context.Context) {
 			networked = true
 		}
 	}
-	nodes := make([]*corev1.Node, 0, len(c.apiNodes))
+	var nodes []*corev1.Node
 	for name, n := range c.apiNodes {
 		if networked || onNode[name] {
 			nodes = append(nodes, n)
 		}
 	}
-	allocator, err := structured.NewAllocator(ctx, draFeatures, c.allocatedState(skip), classLister(c.dra.classes), slices, c.dra.celCache)
-	for _, id := range ids {
-		api := c.apiPods[id]
-		if err == nil {
-			err = c.choosePodDevices(ctx, allocator, api, id, nodes)
-		}
-		if err != nil {
-			c.podErrors[id] = "ResourceClaims cannot be allocated: " + err.Error()
-			c.dra.failed[id] = true
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	base := c.allocatedState(stale)
+	for _, key := range keys {
+		ids := groups[key]
+		sort.Slice(ids, func(i, j int) bool {
+			a, b := c.snap.Pods[ids[i]], c.snap.Pods[ids[j]]
+			if a.CreatedAt != b.CreatedAt {
+				return a.CreatedAt < b.CreatedAt
+			}
+			return ids[i] < ids[j]
+		})
+		levels, err := c.allocationLevels(ctx, base, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], len(ids))
+		for i, id := range ids {
+			p := *c.snap.Pods[id]
+			p.DeviceChoices = map[string][]model.GPUBinding{}
+			switch {
+			case err != nil:
+				c.podErrors[id] = "ResourceClaims cannot be allocated: " + err.Error()
+				c.dra.failed[id] = true
+			case len(levels) > 0:
+				l := levels[i%len(levels)]
+				p.DeviceChoices = l.gpus
+				c.dra.choices[id] = l.results
+			default:
+				c.dra.choices[id] = nil
+			}
+			c.snap.Pods[id] = &p
 		}
 	}
 }
 
-// choosePodDevices asks the allocator about one pod on every candidate node.
-func (c *Cache) choosePodDevices(ctx context.Context, allocator structured.Allocator, api *corev1.Pod, id model.PodID, nodes []*corev1.Node) error {
-	unallocated, shared := toAllocate(api, c.podClaims[id])
-	choices := map[string][]model.GPUBinding{}
-	allocs := map[string][]resourceapi.AllocationResult{}
-	for _, n := range nodes {
-		ok := true
-		for _, sc := range shared {
-			if sel := sc.Status.Allocation.NodeSelector; sel != nil {
-				if match, err := corev1helpers.MatchNodeSelectorTerms(n, sel); err != nil || !match {
-					ok = false
+// claimsKey groups pods whose claims the allocator would treat alike: the same
+// unallocated claim specs. A pod that shares an allocated claim is its own group.
+func claimsKey(api *corev1.Pod, pcs []podClaim, id model.PodID) string {
+	unallocated, shared := toAllocate(api, pcs)
+	if len(shared) > 0 {
+		return "pod " + string(id)
+	}
+	var b strings.Builder
+	for _, cl := range unallocated {
+		spec, _ := json.Marshal(cl.Spec)
+		b.Write(spec)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// allocationLevel is one allocator answer for a kind of claims: per node, the GPUs
+// the pod would take and the allocation results.
+type allocationLevel struct {
+	gpus    map[string][]model.GPUBinding
+	results map[string][]resourceapi.AllocationResult
+}
+
+// allocationLevels asks the allocator about the claims of one pod on each node, up
+// to want times, each time with the devices of the answers before taken; it stops
+// when no node has room for another. The pod's claims stand for all pods alike.
+func (c *Cache) allocationLevels(ctx context.Context, base structured.AllocatedState, slices []*resourceapi.ResourceSlice, nodes []*corev1.Node, api *corev1.Pod, pcs []podClaim, want int) ([]allocationLevel, error) {
+	unallocated, shared := toAllocate(api, pcs)
+	candidates := nodes
+	if len(unallocated) == 0 {
+		candidates = nil
+		for _, n := range c.apiNodes {
+			candidates = append(candidates, n)
+		}
+	}
+	var kept []*corev1.Node
+	for _, n := range candidates {
+		if sharedClaimsReach(n, shared) {
+			kept = append(kept, n)
+		}
+	}
+	candidates = kept
+	state := base
+	var levels []allocationLevel
+	for len(levels) < want && len(candidates) > 0 {
+		allocator, err := structured.NewAllocator(ctx, draFeatures, state, classLister(c.dra.classes), slices, c.dra.celCache)
+		if err != nil {
+			return nil, err
+		}
+		level := allocationLevel{gpus: map[string][]model.GPUBinding{}, results: map[string][]resourceapi.AllocationResult{}}
+		var next []*corev1.Node
+		for _, n := range candidates {
+			var results []resourceapi.AllocationResult
+			if len(unallocated) > 0 {
+				results, err = allocator.Allocate(ctx, n, unallocated)
+				if err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode) {
+					return nil, err
 				}
-			}
-		}
-		if !ok {
-			continue
-		}
-		var results []resourceapi.AllocationResult
-		if len(unallocated) > 0 {
-			var err error
-			results, err = allocator.Allocate(ctx, n, unallocated)
-			if err != nil {
-				if errors.Is(err, structured.ErrFailedAllocationOnNode) {
+				if err != nil || results == nil {
 					continue
 				}
-				return err
 			}
-			if results == nil {
+			gpus, err := c.gpusOfAllocation(n.Name, results)
+			if err != nil {
 				continue
 			}
+			level.gpus[n.Name], level.results[n.Name] = gpus, results
+			next = append(next, n)
 		}
-		gpus, err := c.gpusOfAllocation(n.Name, results)
-		if err != nil {
+		if len(next) == 0 {
+			break
+		}
+		levels = append(levels, level)
+		if len(unallocated) == 0 {
+			break // nothing is taken: every pod gets the same answer
+		}
+		candidates = next
+		if len(levels) < want {
+			state = withResults(state, level.results)
+		}
+	}
+	return levels, nil
+}
+
+// sharedClaimsReach reports whether the devices of every allocated claim are
+// reachable from node n.
+func sharedClaimsReach(n *corev1.Node, shared []*resourceapi.ResourceClaim) bool {
+	for _, sc := range shared {
+		if sel := sc.Status.Allocation.NodeSelector; sel != nil {
+			if match, err := corev1helpers.MatchNodeSelectorTerms(n, sel); err != nil || !match {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// withResults returns a copy of st with the devices of results taken as well.
+func withResults(st structured.AllocatedState, results map[string][]resourceapi.AllocationResult) structured.AllocatedState {
+	out := structured.AllocatedState{
+		AllocatedDevices:         st.AllocatedDevices.Clone(),
+		AllocatedSharedDeviceIDs: st.AllocatedSharedDeviceIDs.Clone(),
+		AggregatedCapacity:       st.AggregatedCapacity.Clone(),
+	}
+	for _, rs := range results {
+		for i := range rs {
+			addResults(&out, &rs[i], true)
+		}
+	}
+	return out
+}
+
+// addResults takes the devices of an allocation in st; gpu.gantry.dev devices only
+// with gantry set (otherwise the core's bookings stand for them).
+func addResults(st *structured.AllocatedState, a *resourceapi.AllocationResult, gantry bool) {
+	for _, r := range a.Devices.Results {
+		if r.Driver == DriverName && !gantry {
 			continue
 		}
-		choices[n.Name] = gpus
-		allocs[n.Name] = results
-	}
-	// Nodes without any slice can still take a pod whose claims are all shared and
-	// allocated for devices reachable from them.
-	if len(unallocated) == 0 {
-		for name, n := range c.apiNodes {
-			if _, done := choices[name]; done {
-				continue
-			}
-			ok := true
-			for _, sc := range shared {
-				if sel := sc.Status.Allocation.NodeSelector; sel != nil {
-					if match, err := corev1helpers.MatchNodeSelectorTerms(n, sel); err != nil || !match {
-						ok = false
-					}
-				}
-			}
-			if ok {
-				choices[name] = nil
-				allocs[name] = nil
-			}
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID == nil {
+			st.AllocatedDevices.Insert(id)
+			continue
+		}
+		// A share is counted by the capacity it consumes; only a share without
+		// one is recorded by id (the allocator scans those ids for every device).
+		if len(r.ConsumedCapacity) > 0 {
+			st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		} else {
+			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
 		}
 	}
-	p := *c.snap.Pods[id]
-	p.DeviceChoices = choices
-	c.snap.Pods[id] = &p
-	c.dra.choices[id] = allocs
-	return nil
 }
 
 // gpusOfAllocation turns the gpu.gantry.dev devices of allocation results on a node
@@ -455,7 +544,17 @@ func (c *Cache) takeAllocations(id model.PodID, node string, taken sets.Set[stru
 	if !viaAllocator {
 		return nil, false, true
 	}
-	allocs = perNode[node]
+	// Pods alike share their answers (chooseDevices): each gets its own copy, with
+	// share ids of its own.
+	for _, a := range perNode[node] {
+		a := *a.DeepCopy()
+		for i := range a.Devices.Results {
+			if a.Devices.Results[i].ShareID != nil {
+				a.Devices.Results[i].ShareID = ptr.To(types.UID(uuid.NewString()))
+			}
+		}
+		allocs = append(allocs, a)
+	}
 	var ids []structured.DeviceID
 	for _, a := range allocs {
 		for _, r := range a.Devices.Results {

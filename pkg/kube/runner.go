@@ -127,12 +127,13 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	c := r.cache
 	c.mu.Lock()
 	c.snap.Now = start.Unix()
-	c.chooseDevices(ctx)
-	c.markBadPods()
-	plan := r.sched.ScheduleSkipping(c.snap, func(g model.GangID) bool {
+	skip := func(g model.GangID) bool {
 		f, ok := r.failed[g]
 		return ok && f.versions == c.versions(g) && start.Sub(f.at) < retryAfter
-	})
+	}
+	c.chooseDevices(ctx, skip)
+	c.markBadPods()
+	plan := r.sched.ScheduleSkipping(c.snap, skip)
 	for _, pd := range plan.Pending {
 		r.failed[pd.Gang] = failure{versions: c.versions(pd.Gang), at: start}
 	}

@@ -1,0 +1,153 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+const testScheduler = "gantry-scheduler"
+
+// draCluster is a Cache fed as the informers would: nodes whose GPUs are published
+// as gpu.gantry.dev ResourceSlices, and the DeviceClass.
+func draCluster(t testing.TB, nodes, gpus int, product func(node int) string) *Cache {
+	t.Helper()
+	c := NewCache([]string{testScheduler}, NewObjectLookup())
+	c.UpsertDeviceClass(&resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: DriverName},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gantry.dev"`},
+		}}},
+	})
+	s := &sliceIndex{byNode: map[string]map[string]*resourceapi.ResourceSlice{}}
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("node-%04d", i)
+		capacity := corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110"),
+		}
+		c.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity}})
+		var devices []resourceapi.Device
+		for g := 0; g < gpus; g++ {
+			total := resource.NewQuantity(80<<30, resource.BinarySI)
+			devices = append(devices, resourceapi.Device{
+				Name: DeviceName(g),
+				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+					"index":       {IntValue: ptr.To(int64(g))},
+					"uuid":        {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", name, g))},
+					"productName": {StringValue: ptr.To(product(i))},
+				},
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+					"memory": {Value: *total, RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: total}},
+				},
+				AllowMultipleAllocations: ptr.To(true),
+			})
+		}
+		s.upsert(c, &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu"},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver: DriverName, NodeName: ptr.To(name), Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: devices,
+			},
+		})
+	}
+	return c
+}
+
+// addClaimPod adds a pending pod with its own claim of the given requests.
+func addClaimPod(c *Cache, name string, requests ...resourceapi.DeviceRequest) {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-gpu"},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests}},
+	}
+	c.UpsertClaim(claim)
+	c.UpsertPod(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{
+			SchedulerName:  testScheduler,
+			Containers:     []corev1.Container{{Name: "c"}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}},
+		},
+	})
+}
+
+func selectorRequest(expr string) resourceapi.DeviceRequest {
+	return resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: DriverName,
+		AllocationMode:  resourceapi.DeviceAllocationModeExactCount, Count: 1, // as the API server defaults them
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}},
+	}}
+}
+
+// chooseNow runs one cycle's device choice and returns the snapshot's pods.
+func chooseNow(c *Cache) map[model.PodID]*model.Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.chooseDevices(context.Background(), nil)
+	return c.snap.Pods
+}
+
+// BenchmarkChooseDevices is one cycle's structured allocation for 2,000 pending
+// pods whose claims select a GPU model, on 500 nodes × 8 GPUs.
+func BenchmarkChooseDevices(b *testing.B) {
+	c := draCluster(b, 500, 8, func(int) string { return "NVIDIA H100 80GB HBM3" })
+	for i := 0; i < 2000; i++ {
+		addClaimPod(c, fmt.Sprintf("p%04d", i), selectorRequest(`device.attributes["gpu.gantry.dev"].productName == "NVIDIA H100 80GB HBM3"`))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		chooseNow(c)
+	}
+}
+
+// Only nodes with a device the selector accepts qualify.
+func TestChooseDevicesHonoursSelectors(t *testing.T) {
+	c := draCluster(t, 4, 2, func(i int) string {
+		if i%2 == 0 {
+			return "NVIDIA H100 80GB HBM3"
+		}
+		return "NVIDIA L4"
+	})
+	addClaimPod(c, "l4", selectorRequest(`device.attributes["gpu.gantry.dev"].productName == "NVIDIA L4"`))
+	addClaimPod(c, "a100", selectorRequest(`device.attributes["gpu.gantry.dev"].productName == "NVIDIA A100"`))
+	addClaimPod(c, "bad", selectorRequest(`device.attributes["gpu.gantry.dev"].nosuchattribute == "x"`))
+	pods := chooseNow(c)
+	if got := pods["ns/l4"].DeviceChoices; len(got) != 2 || got["node-0001"] == nil || got["node-0003"] == nil {
+		t.Errorf("L4 pod may go to %v, want node-0001 and node-0003", got)
+	}
+	if got := pods["ns/a100"].DeviceChoices; got == nil || len(got) != 0 {
+		t.Errorf("A100 pod may go to %v, want no node", got)
+	}
+	if msg := c.podErrors["ns/bad"]; !strings.Contains(msg, "ResourceClaims cannot be allocated") {
+		t.Errorf("pod with a CEL type error: %q, want the allocator's error", msg)
+	}
+}
+
+// Pods alike (one template) get different GPUs of one node, so a gang of them fits
+// on the node, and the allocator is asked once per level, not once per pod.
+func TestChooseDevicesGivesAlikePodsDifferentGPUs(t *testing.T) {
+	c := draCluster(t, 1, 8, func(int) string { return "NVIDIA H100 80GB HBM3" })
+	for i := 0; i < 10; i++ {
+		addClaimPod(c, fmt.Sprintf("p%d", i), selectorRequest(`device.attributes["gpu.gantry.dev"].index >= 0`))
+	}
+	pods := chooseNow(c)
+	seen := map[int]int{}
+	for i := 0; i < 10; i++ {
+		got := pods[model.PodID(fmt.Sprintf("ns/p%d", i))].DeviceChoices["node-0000"]
+		if len(got) != 1 || !got[0].Whole {
+			t.Fatalf("pod p%d would take %v, want one whole GPU", i, got)
+		}
+		seen[got[0].Index]++
+	}
+	if len(seen) != 8 {
+		t.Errorf("10 pods were offered %d different GPUs (%v), want all 8", len(seen), seen)
+	}
+}
