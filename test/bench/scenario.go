@@ -62,6 +62,9 @@ type Scenario struct {
 	// pod claim one through a ResourceClaimTemplate (kube-controller-manager creates
 	// the claims); otherwise nodes advertise nvidia.com/gpu and pods request it.
 	DRA bool
+	// Selector, with DRA, is a CEL expression the claim template's request carries,
+	// which sends Gantry's pods through the structured allocator.
+	Selector string
 	// Schedulers run in this order, each against its own fresh control plane.
 	Schedulers []Scheduler
 	Goals      Goals
@@ -111,6 +114,13 @@ var Scenarios = []Scenario{
 		Schedulers: []Scheduler{KubeScheduler, Gantry},
 		Goals:      Goals{MinRatio: 5},
 	},
+	{
+		Name: "e", Title: "DRA with a CEL selector: as d, each claim selecting the GPU model",
+		Nodes: 500, GPUsPerNode: 8, Pods: 2000, DRA: true,
+		Selector:   `device.attributes["gpu.gantry.dev"].productName == "NVIDIA H100 80GB HBM3"`,
+		Schedulers: []Scheduler{KubeScheduler, Gantry},
+		// No goal in the issue: this measures Gantry's structured-allocator path.
+	},
 }
 
 // Select returns the named scenarios in the order given ("all" or "" for every one).
@@ -129,7 +139,7 @@ func Select(names string) ([]Scenario, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown scenario %q: choose from a, b, c, d or all", n)
+			return nil, fmt.Errorf("unknown scenario %q: choose from a, b, c, d, e or all", n)
 		}
 	}
 	return out, nil

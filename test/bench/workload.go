@@ -204,6 +204,10 @@ func createDRAObjects(ctx context.Context, client kubernetes.Interface, s Scenar
 			}}},
 		}},
 	}
+	if s.Selector != "" {
+		req := tmpl.Spec.Spec.Devices.Requests[0].Exactly
+		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: s.Selector}}}
+	}
 	if _, err := client.ResourceV1().ResourceClaimTemplates(Namespace).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create ResourceClaimTemplate: %w", err)
 	}

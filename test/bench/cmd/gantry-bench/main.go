@@ -23,7 +23,7 @@ import (
 
 func main() {
 	var (
-		scenarios = flag.String("scenarios", "all", "comma-separated scenarios to run: a, b, c, d, or all")
+		scenarios = flag.String("scenarios", "all", "comma-separated scenarios to run: a, b, c, d, e, or all")
 		only      = flag.String("schedulers", "", "run only these schedulers of each scenario: gantry, kube (default: the scenario's)")
 		scale     = flag.Float64("scale", 1, "multiply every scenario's nodes and pods by this (0.1 for a quick run)")
 		qps       = flag.Int("qps", 5000, "client QPS and burst of both schedulers and of the harness")
