@@ -80,7 +80,7 @@ func exampleObjects(t *testing.T) map[string][]exampleObject {
 
 func TestExamplesDecodeStrictly(t *testing.T) {
 	byDir := exampleObjects(t)
-	for _, dir := range []string{"examples/seed", "examples/gpu-share-ray", "examples/two-team-queues"} {
+	for _, dir := range []string{"examples/seed", "examples/gpu-share-ray", "examples/gpu-model-selector", "examples/two-team-queues"} {
 		if len(byDir[dir]) == 0 {
 			t.Errorf("%s holds no example objects", dir)
 		}
