@@ -46,11 +46,14 @@ type podSpec struct {
 	// gpus are what a running pod holds (whole(i), share(i, bytes)).
 	gpus []model.GPUBinding
 	// demand is what a pending pod asks for; a running pod's follows from gpus.
-	demand         model.GPUDemand
-	elastic        bool
-	notPreemptible bool
-	foreign        bool
-	terminating    bool
+	demand model.GPUDemand
+	// choices and preemptChoices are a pending pod's DeviceChoices and
+	// PreemptionDeviceChoices (devices a DRA allocator chose).
+	choices, preemptChoices map[string][]model.GPUBinding
+	elastic                 bool
+	notPreemptible          bool
+	foreign                 bool
+	terminating             bool
 	// startedAgo defaults to the gang's, then to an hour.
 	startedAgo int64
 }
@@ -104,6 +107,9 @@ func build(t testing.TB, nodes []nodeSpec, queues []queueSpec, running []gangSpe
 				pod.Node = nodes[0].name
 			}
 			pod.StartedAt = now - pod.StartedAt
+			if s.Node(pod.Node) == nil {
+				continue // bound to a node that is gone: known, booked nowhere
+			}
 			root.Assign(pod, placement.Placement{Pod: pod.ID, Node: pod.Node, GPUs: pod.GPUs})
 		}
 	}
@@ -160,7 +166,8 @@ func addGang(s *model.Snapshot, gs gangSpec) *model.Gang {
 			Requests: model.Resources{MilliCPU: or(ps.cpu, 1000), MemoryBytes: or(ps.memory, GiB), Pods: 1},
 			GPU:      demand, Node: ps.node, GPUs: ps.gpus, Elastic: ps.elastic, Foreign: ps.foreign, Terminating: ps.terminating,
 			// build turns this into StartedAt once the pod is bound.
-			StartedAt: or(ps.startedAgo, or(gs.startedAgo, 3600)),
+			StartedAt:     or(ps.startedAgo, or(gs.startedAgo, 3600)),
+			DeviceChoices: ps.choices, PreemptionDeviceChoices: ps.preemptChoices,
 		}
 		s.Pods[pod.ID] = pod
 		g.Members = append(g.Members, pod.ID)

@@ -150,8 +150,12 @@ func (s *search) cheapestNodePlan(partial *placement.View, blocked *model.Pod, c
 		if len(plans) >= limits.CandidateNodes {
 			break
 		}
+		n := partial.Node(name)
+		if n == nil {
+			continue // pods bound to a node that has since been deleted
+		}
 		remaining := s.remainingOn(name, chosen)
-		local := newLocalNode(partial.Node(name), blocked, s.released)
+		local := newLocalNode(n, blocked, s.released)
 		if !local.fitsWithout(remaining) {
 			continue
 		}
