@@ -234,12 +234,31 @@ func toAllocate(pod *corev1.Pod, pcs []podClaim) (unallocated, shared []*resourc
 // allocatedState is what is taken, as the allocator needs it: gpu.gantry.dev
 // devices from the core's bookings, other drivers' devices from the claims and from
 // this scheduler's allocations in flight. Claims in skip (stale allocations about to
-// be redone) do not count. Caller holds mu.
-func (c *Cache) allocatedState(skip map[string]bool) structured.AllocatedState {
+// be redone) do not count. With ifPreempted, GPUs booked by preemptible or
+// terminating pods count as free: the state a preemptor's search starts from.
+// Caller holds mu.
+func (c *Cache) allocatedState(skip map[string]bool, ifPreempted bool) structured.AllocatedState {
 	st := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	// Memory that evictions could free, per GPU; -1 for a GPU held whole.
+	evictable := map[structured.DeviceID]int64{}
+	if ifPreempted {
+		for _, p := range c.snap.Pods {
+			if !p.Bound() || !(p.Preemptible || p.Terminating) {
+				continue
+			}
+			for _, b := range p.GPUs {
+				id := structured.MakeDeviceID(DriverName, p.Node, DeviceName(b.Index))
+				if b.Whole {
+					evictable[id] = -1
+				} else if evictable[id] >= 0 {
+					evictable[id] += b.MemoryBytes
+				}
+			}
+		}
 	}
 	for _, n := range c.snap.Nodes {
 		if n.GPUsByCountOnly {
@@ -248,12 +267,17 @@ func (c *Cache) allocatedState(skip map[string]bool) structured.AllocatedState {
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
 			id := structured.MakeDeviceID(DriverName, n.Name, DeviceName(g.Index))
+			free, held := evictable[id]
 			switch {
-			case g.Exclusive || !g.Healthy:
+			case !g.Healthy:
 				st.AllocatedDevices.Insert(id)
-			case g.AllocatedBytes > 0:
+			case g.Exclusive:
+				if !held || free >= 0 {
+					st.AllocatedDevices.Insert(id)
+				}
+			case g.AllocatedBytes-max(free, 0) > 0:
 				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, map[resourceapi.QualifiedName]resource.Quantity{
-					memoryCapacity: *resource.NewQuantity(g.AllocatedBytes, resource.BinarySI),
+					memoryCapacity: *resource.NewQuantity(g.AllocatedBytes-max(free, 0), resource.BinarySI),
 				}))
 			}
 		}
@@ -269,6 +293,17 @@ func (c *Cache) allocatedState(skip map[string]bool) structured.AllocatedState {
 		}
 	}
 	return st
+}
+
+// anyEvictableGPU reports whether some bound pod that a preemption could remove
+// (preemptible, or already terminating) holds a GPU. Caller holds mu.
+func (c *Cache) anyEvictableGPU() bool {
+	for _, p := range c.snap.Pods {
+		if p.Bound() && (p.Preemptible || p.Terminating) && len(p.GPUs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // chooseDevices runs the structured allocator for the pending pods that need it
@@ -333,7 +368,12 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 		}
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	base := c.allocatedState(stale)
+	base := c.allocatedState(stale, false)
+	var ifPreempted *structured.AllocatedState
+	if c.anyEvictableGPU() {
+		st := c.allocatedState(stale, true)
+		ifPreempted = &st
+	}
 	for _, key := range keys {
 		ids := groups[key]
 		sort.Slice(ids, func(i, j int) bool {
@@ -344,9 +384,19 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 			return ids[i] < ids[j]
 		})
 		levels, err := c.allocationLevels(ctx, base, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], len(ids))
+		// The choices a preemption search would start from: only where the GPUs
+		// now held by pods it could evict are what stands in the way.
+		var preemptLevels []allocationLevel
+		if err == nil && ifPreempted != nil {
+			preemptLevels, err = c.allocationLevels(ctx, *ifPreempted, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], len(ids))
+		}
 		for i, id := range ids {
 			p := *c.snap.Pods[id]
 			p.DeviceChoices = map[string][]model.GPUBinding{}
+			p.PreemptionDeviceChoices = nil
+			if len(preemptLevels) > 0 {
+				p.PreemptionDeviceChoices = preemptLevels[i%len(preemptLevels)].gpus
+			}
 			switch {
 			case err != nil:
 				c.podErrors[id] = "ResourceClaims cannot be allocated: " + err.Error()

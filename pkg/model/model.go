@@ -234,6 +234,10 @@ type Pod struct {
 	// those GPUs are free in its own view and scores the nodes; GPU then only
 	// describes the demand (for messages, ordering and queue charges).
 	DeviceChoices map[string][]GPUBinding
+	// PreemptionDeviceChoices, when not nil, are DeviceChoices as they would be
+	// were preemptible and terminating pods gone: the preemption search places the
+	// pod with these, and the victims it releases must make those GPUs free.
+	PreemptionDeviceChoices map[string][]GPUBinding
 }
 
 // Bound reports whether the pod is on a node.

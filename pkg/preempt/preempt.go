@@ -139,7 +139,7 @@ type preemptor struct {
 }
 
 func preemptorOf(req Request) preemptor {
-	p := preemptor{pods: req.Pods}
+	p := preemptor{pods: withPreemptionChoices(req.Pods)}
 	if g := req.Gang; g != nil {
 		p.gang, p.queue, p.priority, p.class = g.ID, g.Queue, g.Priority, g.PriorityClassName
 		return p
@@ -153,6 +153,27 @@ func preemptorOf(req Request) preemptor {
 		p.priority = max(p.priority, pod.Priority)
 	}
 	return p
+}
+
+// withPreemptionChoices returns the pods, with devices chosen outside the core
+// replaced by the choices made as if preemptible pods were gone (see
+// model.Pod.PreemptionDeviceChoices): the choices a pod has now name only free devices,
+// which no eviction could add to.
+func withPreemptionChoices(pods []*model.Pod) []*model.Pod {
+	out := pods
+	cloned := false
+	for i, p := range pods {
+		if p.PreemptionDeviceChoices == nil {
+			continue
+		}
+		if !cloned {
+			out, cloned = slices.Clone(pods), true
+		}
+		q := *p
+		q.DeviceChoices = p.PreemptionDeviceChoices
+		out[i] = &q
+	}
+	return out
 }
 
 func (p preemptor) describe() string {

@@ -73,6 +73,35 @@ func TestFind(t *testing.T) {
 			wantNeeded:  24 * GiB, wantFreed: 24 * GiB,
 		},
 		{
+			// The node was deleted while its pods are still known (they are bound
+			// to it until garbage-collected): they are no candidates, and no crash.
+			name:  "victims on a deleted node are passed over",
+			nodes: oneGPUNode,
+			running: []gangSpec{
+				onNode(lone("team-a/orphan", 10, whole(0)), "node-gone"),
+				lone("team-a/train", 50, whole(0)),
+			},
+			pending:     inference(wholeGPUs(1)),
+			wantVictims: []string{"team-a/train-0"},
+		},
+		{
+			// A DRA claim whose devices the allocator chose: nothing is free now
+			// (DeviceChoices empty); were preemptible pods gone, it would take GPU 1 of
+			// node-a, so the one on GPU 1 goes, not the cheaper one on GPU 0.
+			name:  "devices chosen outside the core: the victim is the holder of the chosen GPU",
+			nodes: twoGPUNode,
+			running: []gangSpec{
+				withStart(lone("team-a/train-short", 50, whole(0)), 60),
+				withStart(lone("team-a/train-long", 50, whole(1)), 36000),
+			},
+			pending: gangSpec{id: "team-a/serve", queue: "team-a", priority: 125, pods: []podSpec{{
+				name: "0", demand: model.GPUDemand{Count: 1, ByDevice: true},
+				choices:        map[string][]model.GPUBinding{},
+				preemptChoices: map[string][]model.GPUBinding{"node-a": {whole(1)}},
+			}}},
+			wantVictims: []string{"team-a/train-long-0"},
+		},
+		{
 			name:  "elastic before core: an autoscaled worker goes, not its gang nor another gang",
 			nodes: []nodeSpec{{name: "node-a", gpus: 3}},
 			running: []gangSpec{

@@ -277,3 +277,51 @@ func TestDRAClaimsOfOtherSchedulersCountAsUsed(t *testing.T) {
 	})
 	holdPods(t, ns, 2*time.Second, "our pod stays pending", func(ps []corev1.Pod) bool { return bound(ps) == 1 })
 }
+
+// Inference whose claim selects H100s preempts training that holds the only H100s,
+// although free L4s exist: the preemption search starts from the devices the
+// allocator would give were the preemptible pods gone.
+func TestDRASelectorClaimPreemptsTraining(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	applyPriorityClasses(t)
+	h100, l4 := gpuNode(ns+"-h100", 0, "", 0), gpuNode(ns+"-l4", 0, "", 0)
+	createNodes(t, h100, l4)
+	publishGPUs(t, h100.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
+	publishGPUs(t, l4.Name, 2, "NVIDIA L4", 24<<30)
+	createTemplate(t, ns, "h100", resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: kube.DriverName,
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: `device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA H100")`,
+		}}},
+	}})
+	class := func(c string) podOpt { return func(p *corev1.Pod) { p.Spec.PriorityClassName = c } }
+	gangOf := func(group string, n int) podOpt {
+		return withAnnotations("gantry.dev/pod-group", group, "gantry.dev/min-member", fmt.Sprint(n))
+	}
+	createPods(t,
+		newPod(ns, "train-0", withClaimTemplate("h100"), onTestNodes(t), class("train"), gangOf("train", 2)),
+		newPod(ns, "train-1", withClaimTemplate("h100"), onTestNodes(t), class("train"), gangOf("train", 2)),
+	)
+	waitPods(t, ns, 60*time.Second, "training on both H100s", func(ps []corev1.Pod) bool {
+		return bound(ps) == 2 && ps[0].Spec.NodeName == h100.Name && ps[1].Spec.NodeName == h100.Name
+	})
+	createPods(t, newPod(ns, "serve", withClaimTemplate("h100"), onTestNodes(t), class("inference")))
+	got := waitPods(t, ns, 60*time.Second, "inference bound on the H100 node, training gone whole", func(ps []corev1.Pod) bool {
+		return len(ps) == 1 && ps[0].Name == "serve" && ps[0].Spec.NodeName == h100.Name
+	})
+	_ = got
+	events, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Preempted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victims := map[string]bool{}
+	for _, e := range events.Items {
+		victims[e.InvolvedObject.Name] = true
+	}
+	if !victims["train-0"] || !victims["train-1"] || len(victims) != 2 {
+		t.Errorf("Preempted events for %v, want train-0 and train-1", victims)
+	}
+}
