@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -323,5 +324,54 @@ func TestDRASelectorClaimPreemptsTraining(t *testing.T) {
 	}
 	if !victims["train-0"] || !victims["train-1"] || len(victims) != 2 {
 		t.Errorf("Preempted events for %v, want train-0 and train-1", victims)
+	}
+}
+
+// Memory shares through the structured allocator (a selector and a capacity request):
+// the allocator's consumable capacity decides how many fit on a GPU, each share gets
+// its own share id, and the core books the shares so no GPU is given more than its
+// memory.
+func TestDRASelectorMemorySharesAreConsumableCapacity(t *testing.T) {
+	requireEnv(t)
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	a := gpuNode(ns+"-a", 0, "", 0)
+	createNodes(t, a)
+	publishGPUs(t, a.Name, 1, "NVIDIA L4", 24<<30)
+	createTemplate(t, ns, "l4-10gi", resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: kube.DriverName,
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: `device.attributes["gpu.gantry.dev"].productName == "NVIDIA L4"`,
+		}}},
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("10Gi")}},
+	}})
+	var pods []*corev1.Pod
+	for i := 0; i < 3; i++ {
+		pods = append(pods, newPod(ns, fmt.Sprintf("s%d", i), withClaimTemplate("l4-10gi"), onTestNodes(t)))
+	}
+	createPods(t, pods...)
+	// A 24Gi GPU holds two 10Gi shares; the third waits.
+	waitPods(t, ns, 60*time.Second, "2 shares bound, 1 explained", func(ps []corev1.Pod) bool {
+		return bound(ps) == 2 && unschedulableMessage(ps, podLeftOut(ps)) != ""
+	})
+	holdPods(t, ns, 2*time.Second, "the third share waits", func(ps []corev1.Pod) bool { return bound(ps) == 2 })
+	shareIDs := map[string]bool{}
+	var consumed int64
+	for _, c := range allocatedClaims(t, ns) {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			q := r.ConsumedCapacity["memory"]
+			if r.ShareID == nil || q.Value() != 10<<30 {
+				t.Errorf("claim %s: share id %v, consumed %s; want a share id and 10Gi", c.Name, r.ShareID, q.String())
+				continue
+			}
+			if shareIDs[string(*r.ShareID)] {
+				t.Errorf("share id %s given twice", *r.ShareID)
+			}
+			shareIDs[string(*r.ShareID)] = true
+			consumed += q.Value()
+		}
+	}
+	if len(shareIDs) != 2 || consumed != 20<<30 {
+		t.Errorf("%d shares, %d bytes consumed; want 2 and 20Gi", len(shareIDs), consumed)
 	}
 }
