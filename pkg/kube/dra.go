@@ -98,12 +98,10 @@ func allocateClaims(ctx context.Context, client kubernetes.Interface, pod *model
 		if c.Status.Allocation != nil {
 			// Left from a binding that failed, or from before a restart: the
 			// placement may differ now, so give it back and allocate afresh.
-			c.Status.Allocation, c.Status.ReservedFor = nil, nil
-			cleared, err := client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
-			if err != nil {
-				return fmt.Errorf("release stale allocation of ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
+			var err error
+			if c, err = releaseAllocation(ctx, client, c); err != nil {
+				return err
 			}
-			c = cleared
 		}
 		var results []resourceapi.DeviceRequestAllocationResult
 		for _, r := range c.Spec.Devices.Requests {
@@ -144,6 +142,32 @@ func allocateClaims(ctx context.Context, client kubernetes.Interface, pod *model
 	return nil
 }
 
+// releaseAllocation clears a claim's allocation and reservations (the API server
+// allows an allocation to be replaced only through nil) and returns the claim.
+func releaseAllocation(ctx context.Context, client kubernetes.Interface, c *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+	c.Status.Allocation, c.Status.ReservedFor = nil, nil
+	cleared, err := client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("release stale allocation of ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	return cleared, nil
+}
+
+// gpuOfResult is the GPU binding one gpu.gantry.dev allocation result on node
+// stands for: a share of the memory it consumes, or the whole GPU (also when the
+// share is all of the GPU's memory, gpuMemory, where known). ok is false for
+// another driver's device or another node's.
+func gpuOfResult(r resourceapi.DeviceRequestAllocationResult, node string, gpuMemory int64) (b model.GPUBinding, ok bool) {
+	index, err := deviceIndex(r.Device)
+	if r.Driver != DriverName || r.Pool != node || err != nil {
+		return b, false
+	}
+	if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil && (gpuMemory <= 0 || q.Value() < gpuMemory) {
+		return model.GPUBinding{Index: index, MemoryBytes: q.Value()}, true
+	}
+	return model.GPUBinding{Index: index, MemoryBytes: gpuMemory, Whole: true}, true
+}
+
 func podName(id model.PodID) string {
 	_, name := splitID(id)
 	return name
@@ -160,15 +184,9 @@ func claimedGPUs(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) 
 			continue
 		}
 		for _, r := range a.Devices.Results {
-			index, err := deviceIndex(r.Device)
-			if r.Driver != DriverName || r.Pool != pod.Spec.NodeName || err != nil {
-				continue
+			if b, ok := gpuOfResult(r, pod.Spec.NodeName, 0); ok {
+				out = append(out, b)
 			}
-			b := model.GPUBinding{Index: index, Whole: true}
-			if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil {
-				b = model.GPUBinding{Index: index, MemoryBytes: q.Value()}
-			}
-			out = append(out, b)
 		}
 	}
 	return out

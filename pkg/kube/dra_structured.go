@@ -558,17 +558,14 @@ func (c *Cache) gpusOfAllocation(node string, results []resourceapi.AllocationRe
 				continue
 			}
 			index, err := deviceIndex(r.Device)
-			if err != nil || r.Pool != node || n == nil {
+			var g *model.GPU
+			if err == nil && n != nil {
+				g = n.GPUByIndex(index)
+			}
+			if g == nil || r.Pool != node {
 				return nil, fmt.Errorf("device %s/%s is not a GPU of node %s", r.Pool, r.Device, node)
 			}
-			g := n.GPUByIndex(index)
-			if g == nil {
-				return nil, fmt.Errorf("node %s has no GPU %d", node, index)
-			}
-			b := model.GPUBinding{Index: index, MemoryBytes: g.MemoryBytes, Whole: true}
-			if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil && q.Value() < g.MemoryBytes {
-				b = model.GPUBinding{Index: index, MemoryBytes: q.Value()}
-			}
+			b, _ := gpuOfResult(r, node, g.MemoryBytes)
 			out = append(out, b)
 		}
 	}
@@ -655,12 +652,10 @@ func writeAllocations(ctx context.Context, client kubernetes.Interface, pod *mod
 				return fmt.Errorf("ResourceClaim %s/%s: no allocation was chosen for it", c.Namespace, c.Name)
 			}
 			if c.Status.Allocation != nil {
-				c.Status.Allocation, c.Status.ReservedFor = nil, nil
-				cleared, err := client.ResourceV1().ResourceClaims(c.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
-				if err != nil {
-					return fmt.Errorf("release stale allocation of ResourceClaim %s/%s: %w", c.Namespace, c.Name, err)
+				var err error
+				if c, err = releaseAllocation(ctx, client, c); err != nil {
+					return err
 				}
-				c = cleared
 			}
 			a := allocs[next].DeepCopy()
 			next++
