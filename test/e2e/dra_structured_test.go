@@ -30,6 +30,15 @@ func createTemplate(t *testing.T, ns, name string, requests ...resourceapi.Devic
 	}
 }
 
+// selectGPU is a request for one gpu.gantry.dev device that the CEL expression
+// accepts.
+func selectGPU(expr string) resourceapi.DeviceRequest {
+	return resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: kube.DriverName,
+		Selectors:       []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}},
+	}}
+}
+
 // allocatedClaims lists the namespace's allocated claims.
 func allocatedClaims(t *testing.T, ns string) []resourceapi.ResourceClaim {
 	t.Helper()
@@ -59,12 +68,7 @@ func TestDRASelectorPicksMatchingGPUs(t *testing.T) {
 	createNodes(t, h100, l4)
 	publishGPUs(t, h100.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
 	publishGPUs(t, l4.Name, 2, "NVIDIA L4", 24<<30)
-	createTemplate(t, ns, "l4", resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: kube.DriverName,
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.attributes["gpu.gantry.dev"].productName == "NVIDIA L4"`,
-		}}},
-	}})
+	createTemplate(t, ns, "l4", selectGPU(`device.attributes["gpu.gantry.dev"].productName == "NVIDIA L4"`))
 	var pods []*corev1.Pod
 	for i := 0; i < 3; i++ {
 		pods = append(pods, newPod(ns, fmt.Sprintf("l4-%d", i), withClaimTemplate("l4"), onTestNodes(t)))
@@ -292,12 +296,7 @@ func TestDRASelectorClaimPreemptsTraining(t *testing.T) {
 	createNodes(t, h100, l4)
 	publishGPUs(t, h100.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
 	publishGPUs(t, l4.Name, 2, "NVIDIA L4", 24<<30)
-	createTemplate(t, ns, "h100", resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: kube.DriverName,
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA H100")`,
-		}}},
-	}})
+	createTemplate(t, ns, "h100", selectGPU(`device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA H100")`))
 	class := func(c string) podOpt { return func(p *corev1.Pod) { p.Spec.PriorityClassName = c } }
 	gangOf := func(group string, n int) podOpt {
 		return withAnnotations("gantry.dev/pod-group", group, "gantry.dev/min-member", fmt.Sprint(n))
@@ -338,13 +337,9 @@ func TestDRASelectorMemorySharesAreConsumableCapacity(t *testing.T) {
 	a := gpuNode(ns+"-a", 0, "", 0)
 	createNodes(t, a)
 	publishGPUs(t, a.Name, 1, "NVIDIA L4", 24<<30)
-	createTemplate(t, ns, "l4-10gi", resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: kube.DriverName,
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.attributes["gpu.gantry.dev"].productName == "NVIDIA L4"`,
-		}}},
-		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("10Gi")}},
-	}})
+	share := selectGPU(`device.attributes["gpu.gantry.dev"].productName == "NVIDIA L4"`)
+	share.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("10Gi")}}
+	createTemplate(t, ns, "l4-10gi", share)
 	var pods []*corev1.Pod
 	for i := 0; i < 3; i++ {
 		pods = append(pods, newPod(ns, fmt.Sprintf("s%d", i), withClaimTemplate("l4-10gi"), onTestNodes(t)))
