@@ -219,9 +219,11 @@ func (c *Cache) rebuildNode(name string) {
 
 // gpusFor returns the GPUs a bound pod holds on n: those recorded on it, or, for a
 // pod placed by someone else (the device plugin picks), the first idle GPUs, so the
-// count is right even where the device is not known.
+// count is right even where the device is not known. A DRA pod's GPUs are always
+// named: one with none (its claim shared, or another driver's devices only) holds
+// none.
 func gpusFor(n *model.Node, p *model.Pod) []model.GPUBinding {
-	if len(p.GPUs) > 0 || p.GPU.Count == 0 {
+	if len(p.GPUs) > 0 || p.GPU.Count == 0 || p.GPU.ByDevice {
 		return p.GPUs
 	}
 	var out []model.GPUBinding
@@ -263,6 +265,7 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		delete(c.snap.Pods, id)
 		delete(c.assumed, id)
 		c.apiPods[id] = pod
+		c.passClaims(pod)
 		c.setGang(id, gang.Identify(pod, c.lookup).Gang)
 		c.regroup(c.gangOf[id])
 		c.freed()
@@ -270,12 +273,15 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 	}
 	p, demandErr := c.podFromAPI(pod, id, ours)
 	c.indexClaims(pod, id)
-	if pod.Spec.NodeName != "" && len(p.GPUs) == 0 && len(pod.Spec.ResourceClaims) > 0 {
-		// Bound by another scheduler (or before the annotation existed): the GPUs
-		// its allocated claims hold are taken all the same.
-		if gpus := claimedGPUs(pod, c.claims); len(gpus) > 0 {
-			p.GPUs = gpus
-			p.GPU = model.GPUDemand{Count: len(gpus), ByDevice: true}
+	if pod.Spec.NodeName != "" && len(pod.Spec.ResourceClaims) > 0 {
+		// The GPUs its allocated claims hold are taken, whoever bound the pod (for
+		// pods bound by another scheduler the claims are all there is), and a claim
+		// it shares is booked on its holder only.
+		if gpus := c.claimedGPUs(pod); len(gpus) > 0 {
+			p.GPUs = mergeGPUs(p.GPUs, gpus)
+			if p.GPU.Count == 0 {
+				p.GPU = model.GPUDemand{Count: len(p.GPUs), ByDevice: true}
+			}
 		}
 	}
 	delete(c.dra.structured, id)
@@ -284,8 +290,6 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		switch {
 		case waiting != "":
 			demandErr = errors.New(waiting)
-		case sharedClaim(pod, pcs) != nil:
-			demandErr = sharedClaim(pod, pcs)
 		case needsAllocator(pod, pcs):
 			// The structured allocator chooses the devices each cycle; until it has,
 			// no node qualifies.
@@ -356,7 +360,11 @@ func (c *Cache) removePod(id model.PodID) {
 		c.unbook(old)
 	}
 	delete(c.snap.Pods, id)
+	gone := c.apiPods[id]
 	delete(c.apiPods, id)
+	if gone != nil {
+		c.passClaims(gone)
+	}
 	delete(c.assumed, id)
 	delete(c.podErrors, id)
 	c.dropInflight(id)
@@ -475,21 +483,42 @@ func (c *Cache) DeletePriorityClass(name string) {
 
 // indexClaims records which claims a pod references. Caller holds mu.
 func (c *Cache) indexClaims(pod *corev1.Pod, id model.PodID) {
-	add := func(name string) {
-		key := pod.Namespace + "/" + name
+	for _, key := range claimKeys(pod) {
 		if c.claimUsers[key] == nil {
 			c.claimUsers[key] = map[model.PodID]struct{}{}
 		}
 		c.claimUsers[key][id] = struct{}{}
 	}
+}
+
+// claimKeys are the "namespace/name" of the claims a pod references.
+func claimKeys(pod *corev1.Pod) []string {
+	var keys []string
 	for _, pc := range pod.Spec.ResourceClaims {
 		if pc.ResourceClaimName != nil {
-			add(*pc.ResourceClaimName)
+			keys = append(keys, pod.Namespace+"/"+*pc.ResourceClaimName)
 		}
 	}
 	for _, st := range pod.Status.ResourceClaimStatuses {
 		if st.ResourceClaimName != nil {
-			add(*st.ResourceClaimName)
+			keys = append(keys, pod.Namespace+"/"+*st.ResourceClaimName)
+		}
+	}
+	return keys
+}
+
+// passClaims re-reads the other running pods of the claims a pod that ended or
+// went away used: the next of them holds a shared claim's GPUs now. Caller holds
+// mu; the pod is already unbooked.
+func (c *Cache) passClaims(pod *corev1.Pod) {
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	for _, key := range claimKeys(pod) {
+		for id := range c.claimUsers[key] {
+			if other := c.apiPods[id]; other != nil && other.UID != pod.UID && live(other) {
+				c.upsertPodLocked(other)
+			}
 		}
 	}
 }
@@ -526,8 +555,8 @@ func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
 		case p == nil:
 		case p.Spec.NodeName == "" && !c.assumed[id]:
 			c.upsertPodLocked(p)
-		case p.Spec.NodeName != "" && p.Annotations[AnnotationGPUs] == "":
-			c.upsertPodLocked(p) // GPUs known only from its claims
+		case live(p):
+			c.upsertPodLocked(p) // it may hold the claim's GPUs now
 		}
 	}
 }

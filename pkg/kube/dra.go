@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -173,14 +174,15 @@ func podName(id model.PodID) string {
 	return name
 }
 
-// claimedGPUs returns the gpu.gantry.dev devices on a bound pod's node that the
-// pod's allocated claims hold: whole GPUs, or shares of the memory they consume.
-func claimedGPUs(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) []model.GPUBinding {
-	pcs, _ := claimsOf(pod, claims)
+// claimedGPUs returns the gpu.gantry.dev devices on a bound pod's node held by the
+// pod's allocated claims of which it is the holder: whole GPUs, or shares of the
+// memory they consume. Caller holds mu.
+func (c *Cache) claimedGPUs(pod *corev1.Pod) []model.GPUBinding {
+	pcs, _ := claimsOf(pod, c.claims)
 	var out []model.GPUBinding
 	for _, pc := range pcs {
 		a := pc.Claim.Status.Allocation
-		if a == nil {
+		if a == nil || !c.holds(pc.Claim, pod) {
 			continue
 		}
 		for _, r := range a.Devices.Results {
@@ -190,4 +192,38 @@ func claimedGPUs(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) 
 		}
 	}
 	return out
+}
+
+// holds reports whether pod is the one pod on which a claim's devices are booked:
+// its first consumer that is bound and running. A claim shared by several pods is
+// booked once, and passes to the next consumer when its holder ends. Caller holds
+// mu.
+func (c *Cache) holds(cl *resourceapi.ResourceClaim, pod *corev1.Pod) bool {
+	for _, r := range cl.Status.ReservedFor {
+		if r.Resource != "pods" {
+			continue
+		}
+		if r.UID == pod.UID {
+			return true
+		}
+		if other := c.apiPods[model.PodID(cl.Namespace+"/"+r.Name)]; other != nil && other.UID == r.UID && live(other) {
+			return false
+		}
+	}
+	return true
+}
+
+// live reports whether a pod is bound and has not finished.
+func live(p *corev1.Pod) bool {
+	return p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// mergeGPUs adds to gpus the bindings of more on GPUs not in gpus already.
+func mergeGPUs(gpus, more []model.GPUBinding) []model.GPUBinding {
+	for _, b := range more {
+		if !slices.ContainsFunc(gpus, func(g model.GPUBinding) bool { return g.Index == b.Index }) {
+			gpus = append(gpus, b)
+		}
+	}
+	return gpus
 }

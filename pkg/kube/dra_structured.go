@@ -134,11 +134,14 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 // needsAllocator reports whether a pod's claims are beyond what claimDemand
 // places by itself: anything but selector-free, exact-count requests on
 // gpu.gantry.dev, all of one kind (whole GPUs or shares of one size), in claims of
-// the pod's own.
+// the pod's own that are not allocated yet.
 func needsAllocator(pod *corev1.Pod, pcs []podClaim) bool {
 	kind := int64(-1)
 	for _, pc := range pcs {
 		c := pc.Claim
+		if c.Status.Allocation != nil && !reservedOnlyFor(c, pod.UID) {
+			return true // shared with other pods, or allocated ahead of the pod
+		}
 		if len(c.Spec.Devices.Constraints) > 0 || len(c.Spec.Devices.Config) > 0 {
 			return true
 		}
@@ -197,19 +200,6 @@ func structuredDemand(pcs []podClaim, d model.GPUDemand) model.GPUDemand {
 	}
 	d.ByDevice = true
 	return d
-}
-
-// sharedClaim returns an error naming a claim of the pod that is allocated for
-// another consumer. Gantry books a GPU on the pod that holds it, so a claim shared
-// between pods would be booked once and freed when its first pod ends.
-func sharedClaim(pod *corev1.Pod, pcs []podClaim) error {
-	for _, pc := range pcs {
-		c := pc.Claim
-		if c.Status.Allocation != nil && !reservedFor(c, pod.UID) {
-			return fmt.Errorf("ResourceClaim %s is already allocated to another consumer; gantry does not share one claim between pods yet: give each pod its own claim (a ResourceClaimTemplate)", pc.Name)
-		}
-	}
-	return nil
 }
 
 // toAllocate returns the claims of a pod the allocator must allocate (copies without

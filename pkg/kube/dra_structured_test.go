@@ -151,3 +151,48 @@ func TestChooseDevicesGivesAlikePodsDifferentGPUs(t *testing.T) {
 		t.Errorf("10 pods were offered %d different GPUs (%v), want all 8", len(seen), seen)
 	}
 }
+
+// A claim shared by two running pods books its share once, on its first consumer,
+// and on the second once the first is gone.
+func TestSharedClaimIsBookedOnce(t *testing.T) {
+	c := draCluster(t, 1, 1, func(int) string { return "NVIDIA H100 80GB HBM3" })
+	share := types.UID("share-1")
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared"},
+		Status: resourceapi.ResourceClaimStatus{
+			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: DriverName, Pool: "node-0000", Device: DeviceName(0), ShareID: &share,
+				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")},
+			}}}},
+			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p1", UID: "uid-p1"}, {Resource: "pods", Name: "p2", UID: "uid-p2"}},
+		},
+	}
+	c.UpsertClaim(claim)
+	for _, name := range []string{"p1", "p2"} {
+		c.UpsertPod(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Spec: corev1.PodSpec{
+				SchedulerName: "default-scheduler", NodeName: "node-0000",
+				Containers:     []corev1.Container{{Name: "c"}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared")}},
+			},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		})
+	}
+	booked := func() int64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.snap.Node("node-0000").GPUs[0].AllocatedBytes
+	}
+	if got := booked(); got != 20<<30 {
+		t.Errorf("GPU 0 has %d bytes booked with two pods sharing a 20Gi claim, want 20Gi", got)
+	}
+	c.DeletePod("ns", "p1")
+	if got := booked(); got != 20<<30 {
+		t.Errorf("GPU 0 has %d bytes booked after the first consumer left, want 20Gi (the second holds it)", got)
+	}
+	c.DeletePod("ns", "p2")
+	if got := booked(); got != 0 {
+		t.Errorf("GPU 0 has %d bytes booked with no consumer, want 0", got)
+	}
+}

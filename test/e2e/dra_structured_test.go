@@ -370,3 +370,71 @@ func TestDRASelectorMemorySharesAreConsumableCapacity(t *testing.T) {
 		t.Errorf("%d shares, %d bytes consumed; want 2 and 20Gi", len(shareIDs), consumed)
 	}
 }
+
+// One ResourceClaim named by two pods: the second goes where the first's claim was
+// allocated, both are reserved, and the GPU is booked once, also after its first pod
+// is gone.
+func TestDRASharedClaimIsBookedOnce(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	a, b := gpuNode(ns+"-a", 0, "", 0), gpuNode(ns+"-b", 0, "", 0)
+	createNodes(t, a, b)
+	publishGPUs(t, a.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
+	publishGPUs(t, b.Name, 1, "NVIDIA H100 80GB HBM3", 80<<30)
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: kube.DriverName},
+		}}}},
+	}
+	if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	useShared := func(p *corev1.Pod) {
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared")}}
+		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	}
+	createPods(t, newPod(ns, "first", useShared, onTestNodes(t)))
+	got := waitPods(t, ns, 60*time.Second, "first pod bound", func(ps []corev1.Pod) bool { return bound(ps) == 1 })
+	node := got[0].Spec.NodeName
+	createPods(t, newPod(ns, "second", useShared, onTestNodes(t)))
+	waitPods(t, ns, 60*time.Second, "second pod bound beside the first", func(ps []corev1.Pod) bool {
+		return bound(ps) == 2 && ps[0].Spec.NodeName == ps[1].Spec.NodeName
+	})
+	c, err := env.Client.ResourceV1().ResourceClaims(ns).Get(ctx, "shared", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Status.ReservedFor) != 2 || len(c.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim reserved for %v with %d devices, want both pods and 1 device", c.Status.ReservedFor, len(c.Status.Allocation.Devices.Results))
+	}
+	// Three GPUs, one held by the shared claim: two more whole-GPU pods fit, a third
+	// does not.
+	if _, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, claimTemplate(ns, "one", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPods(t,
+		newPod(ns, "w0", withClaimTemplate("one"), onTestNodes(t)),
+		newPod(ns, "w1", withClaimTemplate("one"), onTestNodes(t)),
+		newPod(ns, "w2", withClaimTemplate("one"), onTestNodes(t)),
+	)
+	waitPods(t, ns, 60*time.Second, "two more bound, the third told no GPU is free", func(ps []corev1.Pod) bool {
+		return bound(ps) == 4 && strings.Contains(unschedulableMessage(ps, podLeftOut(ps)), "insufficient free GPUs")
+	})
+	// The first pod goes; the second still holds the shared GPU.
+	grace := int64(0)
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "first", metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	holdPods(t, ns, 3*time.Second, "the third still waits", func(ps []corev1.Pod) bool {
+		for _, p := range ps {
+			if p.Name == "first" {
+				return true // not gone yet
+			}
+		}
+		return bound(ps) == 3
+	})
+	_ = node
+}
