@@ -293,7 +293,7 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		case needsAllocator(pod, pcs):
 			// The structured allocator chooses the devices each cycle; until it has,
 			// no node qualifies.
-			p.GPU = structuredDemand(pcs, p.GPU)
+			p.GPU = structuredDemand(pod, pcs, p.GPU)
 			p.DeviceChoices = map[string][]model.GPUBinding{}
 			c.podClaims[id] = pcs
 			c.dra.structured[id] = struct{}{}

@@ -39,14 +39,15 @@ import (
 // allocated but the informer has not shown yet.
 
 // draFeatures are the allocator features Gantry asks for: those of the DRA feature
-// gates that are on by default in Kubernetes 1.37.
+// gates that are on by default in Kubernetes 1.37, but for device binding
+// conditions: Gantry does not wait for a device's binding conditions before binding
+// the pod, so devices that have them are not chosen.
 var draFeatures = structured.Features{
-	AdminAccess:            true,
-	ConsumableCapacity:     true,
-	DeviceTaints:           true,
-	PartitionableDevices:   true,
-	PrioritizedList:        true,
-	DeviceBindingAndStatus: true,
+	AdminAccess:          true,
+	ConsumableCapacity:   true,
+	DeviceTaints:         true,
+	PartitionableDevices: true,
+	PrioritizedList:      true,
 }
 
 // draState is what the structured allocator reads, kept by the Cache under its lock.
@@ -178,9 +179,11 @@ func reservedOnlyFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
 
 // structuredDemand estimates, for messages, ordering and queue charges, the
 // gpu.gantry.dev GPUs a pod's claims ask for; the allocator decides the devices.
-func structuredDemand(pcs []podClaim, d model.GPUDemand) model.GPUDemand {
-	for _, pc := range pcs {
-		for _, r := range pc.Claim.Spec.Devices.Requests {
+// Claims allocated already (shared) take no new GPU.
+func structuredDemand(pod *corev1.Pod, pcs []podClaim, d model.GPUDemand) model.GPUDemand {
+	unallocated, _ := toAllocate(pod, pcs)
+	for _, cl := range unallocated {
+		for _, r := range cl.Spec.Devices.Requests {
 			e := r.Exactly
 			if e == nil && len(r.FirstAvailable) > 0 {
 				s := r.FirstAvailable[0]
@@ -309,10 +312,20 @@ func (c *Cache) anyEvictableGPU() bool {
 // and pods of one template that share a node get different devices there. The cost
 // is levels × nodes allocator calls per kind of claim, not pods × nodes.
 func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool) {
-	for id := range c.dra.failed {
+	previous := c.dra.failed
+	for id := range previous {
 		delete(c.podErrors, id)
 	}
-	clear(c.dra.failed)
+	c.dra.failed = map[model.PodID]bool{}
+	defer func() {
+		// A gang held back by an allocator error that is gone now (its DeviceClass
+		// was created, say) is read afresh, without the error as its reason.
+		for id := range previous {
+			if !c.dra.failed[id] && c.gangOf[id] != "" {
+				c.regroup(c.gangOf[id])
+			}
+		}
+	}()
 	clear(c.dra.choices)
 	groups := map[string][]model.PodID{}
 	stale := map[string]bool{}

@@ -213,7 +213,7 @@ func TestDRAOtherDriverDevicesAreAllocated(t *testing.T) {
 }
 
 // A claim the allocator refuses as invalid (its DeviceClass does not exist) holds
-// the pod back with the allocator's words.
+// the pod back with the allocator's words, until the class is created.
 func TestDRAMissingDeviceClassIsExplained(t *testing.T) {
 	requireEnv(t)
 	ns := namespace(t)
@@ -226,6 +226,20 @@ func TestDRAMissingDeviceClassIsExplained(t *testing.T) {
 	waitPods(t, ns, 60*time.Second, "pod told its DeviceClass is missing", func(ps []corev1.Pod) bool {
 		return len(ps) == 1 && strings.Contains(unschedulableMessage(ps, "p"), "no-such-class.example.com")
 	})
+	// Once the class exists (selecting the GPUs), the pod is scheduled.
+	dc := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-such-class.example.com"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gantry.dev"`},
+		}}},
+	}
+	if _, err := env.Client.ResourceV1().DeviceClasses().Create(context.Background(), dc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), dc.Name, metav1.DeleteOptions{})
+	})
+	waitPods(t, ns, 60*time.Second, "pod bound once its DeviceClass exists", func(ps []corev1.Pod) bool { return bound(ps) == 1 })
 }
 
 // GPUs that another scheduler gave a pod through its claims are taken: Gantry does
