@@ -92,14 +92,28 @@ func TestGangBindsWhollyOrNotAtAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(filepath.Join(bin, "gantry"), "explain", "w0", "-n", ns, "--kubeconfig", env.Kubeconfig).CombinedOutput()
-	if err != nil {
-		t.Fatalf("gantry explain: %v\n%s", err, out)
-	}
-	for _, want := range []string{"why it waits:", "Gang podgroup:" + ns + "/train", "must start together: 3", "FailedScheduling"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("gantry explain output lacks %q:\n%s", want, out)
+	// The Event is recorded a moment after the condition: ask again until it is there.
+	wants := []string{"why it waits:", "Gang podgroup:" + ns + "/train", "must start together: 3", "FailedScheduling"}
+	var out []byte
+	var missing []string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		out, err = exec.Command(filepath.Join(bin, "gantry"), "explain", "w0", "-n", ns, "--kubeconfig", env.Kubeconfig).CombinedOutput()
+		if err != nil {
+			t.Fatalf("gantry explain: %v\n%s", err, out)
 		}
+		missing = missing[:0]
+		for _, want := range wants {
+			if !strings.Contains(string(out), want) {
+				missing = append(missing, want)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(missing) > 0 {
+		t.Errorf("gantry explain output lacks %q:\n%s", missing, out)
 	}
 	holdPods(t, ns, 2*time.Second, "no member bound", func(ps []corev1.Pod) bool { return bound(ps) == 0 })
 	createNodes(t, gpuNode(ns+"-c", 4, "NVIDIA-H100-80GB-HBM3", 81559))
