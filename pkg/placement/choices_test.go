@@ -61,4 +61,13 @@ func TestDeviceChoicesAreHonoured(t *testing.T) {
 	if ok || !strings.Contains(why, ReasonDevices) {
 		t.Errorf("Feasible(b) = %v %q, want %q", ok, why, ReasonDevices)
 	}
+
+	// Measured free memory counts as for any pod: a share the booking allows but
+	// NVML shows no room for does not start there.
+	live := gpuNode("live", 1, "NVIDIA-H100", 80*gib)
+	live.GPUs[0].LiveFreeBytes = 10 * gib
+	p.DeviceChoices = map[string][]model.GPUBinding{"live": {{Index: 0, MemoryBytes: 20 * gib}}}
+	if ok, why := Feasible(live, p); ok || !strings.Contains(why, ReasonLiveGPUMemory) {
+		t.Errorf("Feasible = %v %q, want %q", ok, why, ReasonLiveGPUMemory)
+	}
 }

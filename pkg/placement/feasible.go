@@ -154,15 +154,17 @@ func (t *podTerms) resourceMisfit(n *model.Node) misfit {
 		return misfitMemory
 	}
 	if t.pod.DeviceChoices != nil {
-		return chosenGPUsMisfit(n, t.pod.DeviceChoices[n.Name])
+		return chosenGPUsMisfit(n, t.pod.DeviceChoices[n.Name], t.pod.GPU.StartFreeFraction)
 	}
 	return gpuMisfit(n, t.pod.GPU)
 }
 
 // chosenGPUsMisfit checks GPUs chosen outside the core (Pod.DeviceChoices) against
 // the node as it is now: a whole GPU must be idle, a share must fit in the memory not
-// booked and never joins a GPU held whole.
-func chosenGPUsMisfit(n *model.Node, chosen []model.GPUBinding) misfit {
+// booked and never joins a GPU held whole; and, as for any pod, the memory measured
+// free must be enough to start (startFree of the GPU, or the share).
+func chosenGPUsMisfit(n *model.Node, chosen []model.GPUBinding, startFree float64) misfit {
+	live := fits
 	for _, b := range chosen {
 		g := n.GPUByIndex(b.Index)
 		switch {
@@ -173,8 +175,15 @@ func chosenGPUsMisfit(n *model.Node, chosen []model.GPUBinding) misfit {
 		case !b.Whole && (g.Exclusive || b.MemoryBytes > g.FreeBytes()):
 			return misfitChosenGPUsTaken
 		}
+		d := model.GPUDemand{Count: 1, StartFreeFraction: startFree}
+		if !b.Whole {
+			d.MemoryBytes = b.MemoryBytes
+		}
+		if !liveFreeEnough(g, d) {
+			live = misfitLiveGPUMemory
+		}
 	}
-	return fits
+	return live
 }
 
 var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
