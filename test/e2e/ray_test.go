@@ -131,3 +131,50 @@ func applyManifest(ctx context.Context, file string) error {
 	_, err = testenv.ApplyFile(ctx, env.Config, "", filepath.Join(root, "deploy", "manifests", file))
 	return err
 }
+
+// examples/gpu-model-selector end to end, with the real KubeRay operator and
+// kube-controller-manager: the RayCluster's workers claim H100s through a template
+// with a CEL selector; head and workers start together, both workers on the H100
+// node although an L4 node is free, their claims allocated there.
+func TestRayClusterWithSelectorClaims(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	// The example's pods carry no toleration: these nodes are open to any pod.
+	h100, l4 := gpuNode("ray-sel-h100", 0, "", 0), gpuNode("ray-sel-l4", 0, "", 0)
+	createSharedNodes(t, "", h100, l4)
+	publishGPUs(t, h100.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
+	publishGPUs(t, l4.Name, 2, "NVIDIA L4", 24<<30)
+	// The example expects the chart's queue "default".
+	defaultQueue := "apiVersion: scheduling.gantry.dev/v1alpha1\nkind: Queue\nmetadata:\n  name: default\nspec:\n  resources:\n    gpu:\n      quota: 0\n      limit: -1\n"
+	if _, err := testenv.Apply(ctx, env.Config, "", []byte(defaultQueue)); err != nil {
+		t.Fatal(err)
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"resourceclaimtemplate.yaml", "raycluster.yaml"} {
+		if _, err := testenv.ApplyFile(ctx, env.Config, ns, filepath.Join(root, "examples", "gpu-model-selector", f)); err != nil {
+			t.Fatalf("apply %s: %v", f, err)
+		}
+	}
+	got := waitPods(t, ns, 90*time.Second, "head and both H100 workers bound", func(ps []corev1.Pod) bool {
+		return len(rayPods(ps, "h100-only")) == 3 && bound(rayPods(ps, "h100-only")) == 3
+	})
+	for _, p := range rayPods(got, "h100-only") {
+		if p.Labels["ray.io/node-type"] == "worker" && p.Spec.NodeName != h100.Name {
+			t.Errorf("worker %s bound to %s, want the H100 node", p.Name, p.Spec.NodeName)
+		}
+	}
+	claims := allocatedClaims(t, ns)
+	if len(claims) != 2 {
+		t.Fatalf("%d claims allocated, want one per worker", len(claims))
+	}
+	for _, c := range claims {
+		if r := c.Status.Allocation.Devices.Results[0]; r.Pool != h100.Name {
+			t.Errorf("claim %s allocated %s/%s, want a GPU of %s", c.Name, r.Pool, r.Device, h100.Name)
+		}
+	}
+}
