@@ -625,6 +625,9 @@ func (c *Cache) takeAllocations(id model.PodID, node string, taken sets.Set[stru
 // markInflight records allocations about to be written, so the next cycle's
 // allocator counts them before the informer shows them. Caller holds mu.
 func (c *Cache) markInflight(api *corev1.Pod, pcs []podClaim, allocs []resourceapi.AllocationResult) {
+	if api == nil {
+		return
+	}
 	unallocated, _ := toAllocate(api, pcs)
 	for i, cl := range unallocated {
 		if i < len(allocs) {
