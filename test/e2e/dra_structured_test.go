@@ -30,6 +30,23 @@ func createTemplate(t *testing.T, ns, name string, requests ...resourceapi.Devic
 	}
 }
 
+// createDeviceClass creates, for the test, a DeviceClass selecting a driver's devices.
+func createDeviceClass(t *testing.T, name, driver string) {
+	t.Helper()
+	dc := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)},
+		}}},
+	}
+	if _, err := env.Client.ResourceV1().DeviceClasses().Create(context.Background(), dc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
 // selectGPU is a request for one gpu.gantry.dev device that the CEL expression
 // accepts.
 func selectGPU(expr string) resourceapi.DeviceRequest {
@@ -137,18 +154,7 @@ func TestDRAOtherDriverDevicesAreAllocated(t *testing.T) {
 	ns := namespace(t)
 	ensureDeviceClass(t)
 	const nicDriver = "nic.example.com"
-	dc := &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: nicDriver},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "nic.example.com"`},
-		}}},
-	}
-	if _, err := env.Client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), nicDriver, metav1.DeleteOptions{})
-	})
+	createDeviceClass(t, nicDriver, nicDriver)
 	a, b := gpuNode(ns+"-a", 0, "", 0), gpuNode(ns+"-b", 0, "", 0)
 	createNodes(t, a, b)
 	publishGPUs(t, a.Name, 4, "NVIDIA H100 80GB HBM3", 80<<30)
@@ -227,18 +233,7 @@ func TestDRAMissingDeviceClassIsExplained(t *testing.T) {
 		return len(ps) == 1 && strings.Contains(unschedulableMessage(ps, "p"), "no-such-class.example.com")
 	})
 	// Once the class exists (selecting the GPUs), the pod is scheduled.
-	dc := &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "no-such-class.example.com"},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gantry.dev"`},
-		}}},
-	}
-	if _, err := env.Client.ResourceV1().DeviceClasses().Create(context.Background(), dc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = env.Client.ResourceV1().DeviceClasses().Delete(context.Background(), dc.Name, metav1.DeleteOptions{})
-	})
+	createDeviceClass(t, "no-such-class.example.com", kube.DriverName)
 	waitPods(t, ns, 60*time.Second, "pod bound once its DeviceClass exists", func(ps []corev1.Pod) bool { return bound(ps) == 1 })
 }
 
