@@ -370,10 +370,21 @@ func (c *Cache) removePod(id model.PodID) {
 	c.dropInflight(id)
 	delete(c.podClaims, id)
 	delete(c.dra.structured, id)
-	for key, users := range c.claimUsers {
-		delete(users, id)
-		if len(users) == 0 {
-			delete(c.claimUsers, key)
+	unindex := func(key string) {
+		if users := c.claimUsers[key]; users != nil {
+			delete(users, id)
+			if len(users) == 0 {
+				delete(c.claimUsers, key)
+			}
+		}
+	}
+	if gone != nil {
+		for _, key := range claimKeys(gone) {
+			unindex(key)
+		}
+	} else {
+		for key := range c.claimUsers {
+			unindex(key)
 		}
 	}
 	if prev := c.gangOf[id]; prev != "" {
