@@ -371,6 +371,7 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 		}
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	slices = c.packedFirst(slices)
 	base := c.allocatedState(stale, false)
 	var ifPreempted *structured.AllocatedState
 	if c.anyEvictableGPU() {
@@ -414,6 +415,60 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 			c.snap.Pods[id] = &p
 		}
 	}
+}
+
+// packedFirst returns the slices with each node's gpu.gantry.dev devices ordered
+// as the core would fill them: GPUs already shared first, least free memory first,
+// idle GPUs last. The allocator takes the first device that fits, so a share packs
+// onto a GPU that is shared already and idle GPUs stay whole for whole-GPU work.
+// Slices are copied only where the order changes. Caller holds mu.
+func (c *Cache) packedFirst(slices []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	out := make([]*resourceapi.ResourceSlice, len(slices))
+	for i, sl := range slices {
+		out[i] = sl
+		if sl.Spec.Driver != DriverName || sl.Spec.NodeName == nil {
+			continue
+		}
+		n := c.snap.Node(*sl.Spec.NodeName)
+		if n == nil {
+			continue
+		}
+		// rank: idle GPUs after used ones, then by free memory.
+		rank := func(d *resourceapi.Device) (idle bool, free int64) {
+			index, err := deviceIndex(d.Name)
+			if err != nil {
+				return true, 1 << 62
+			}
+			g := n.GPUByIndex(index)
+			if g == nil {
+				return true, 1 << 62
+			}
+			return g.Idle(), g.FreeBytes()
+		}
+		less := func(a, b *resourceapi.Device) bool {
+			ia, fa := rank(a)
+			ib, fb := rank(b)
+			if ia != ib {
+				return !ia
+			}
+			return fa < fb
+		}
+		sorted := true
+		for j := 1; j < len(sl.Spec.Devices); j++ {
+			if less(&sl.Spec.Devices[j], &sl.Spec.Devices[j-1]) {
+				sorted = false
+				break
+			}
+		}
+		if sorted {
+			continue
+		}
+		cp := *sl
+		cp.Spec.Devices = append([]resourceapi.Device(nil), sl.Spec.Devices...)
+		sort.SliceStable(cp.Spec.Devices, func(a, b int) bool { return less(&cp.Spec.Devices[a], &cp.Spec.Devices[b]) })
+		out[i] = &cp
+	}
+	return out
 }
 
 // claimsKey groups pods whose claims the allocator would treat alike: the same

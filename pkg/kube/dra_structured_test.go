@@ -196,3 +196,22 @@ func TestSharedClaimIsBookedOnce(t *testing.T) {
 		t.Errorf("GPU 0 has %d bytes booked with no consumer, want 0", got)
 	}
 }
+
+// A share through the allocator packs onto the GPU that is shared already, not onto
+// an idle one that whole-GPU work could use.
+func TestChooseDevicesPacksShares(t *testing.T) {
+	c := draCluster(t, 1, 2, func(int) string { return "NVIDIA H100 80GB HBM3" })
+	c.UpsertPod(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "half", UID: "uid-half",
+			Annotations: map[string]string{AnnotationGPUs: FormatGPUs([]model.GPUBinding{{Index: 1, MemoryBytes: 40 << 30}})}},
+		Spec:   corev1.PodSpec{SchedulerName: testScheduler, NodeName: "node-0000", Containers: []corev1.Container{{Name: "c"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	})
+	req := selectorRequest(`device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA H100")`)
+	req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")}}
+	addClaimPod(c, "share", req)
+	got := chooseNow(c)["ns/share"].DeviceChoices["node-0000"]
+	if len(got) != 1 || got[0].Index != 1 || got[0].Whole || got[0].MemoryBytes != 20<<30 {
+		t.Errorf("share would take %+v, want 20 GiB of GPU 1 (already half shared)", got)
+	}
+}
