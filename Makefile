@@ -111,7 +111,8 @@ lint:
 	$(GO) vet ./...
 
 ## bench: the core's benchmarks (placement, victim search), the seed's preemption
-## latency, then scheduler throughput against kube-scheduler (test/bench, ~16 min).
+## latency, the DRA allocator per cycle, then scheduler throughput against kube-scheduler
+## (test/bench, scenarios a–e, three runs each, ~20 min).
 bench: tools build
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	$(GO) test -run '^$$' -bench SeedPreemption -benchtime 20x ./test/e2e
