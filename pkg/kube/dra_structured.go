@@ -300,7 +300,7 @@ func (c *Cache) anyEvictableGPU() bool {
 }
 
 // chooseDevices runs the structured allocator for the pending pods that need it
-// and records, on each pod, the nodes where its claims can be allocated and the GPUs
+// (reporting whether there were any) and records, on each pod, the nodes where its claims can be allocated and the GPUs
 // they would take there. A claim the allocator rejects as invalid (a CEL error, a
 // missing DeviceClass) holds the pod back with the allocator's words. Pods for
 // which skip is true (gangs the cycle will not try) keep last cycle's choices.
@@ -311,7 +311,7 @@ func (c *Cache) anyEvictableGPU() bool {
 // before it taken, so the i-th such pod gets level i (modulo the number of levels)
 // and pods of one template that share a node get different devices there. The cost
 // is levels × nodes allocator calls per kind of claim, not pods × nodes.
-func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool) {
+func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool) (asked bool) {
 	previous := c.dra.failed
 	for id := range previous {
 		delete(c.podErrors, id)
@@ -346,7 +346,7 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 		groups[key] = append(groups[key], id)
 	}
 	if len(groups) == 0 {
-		return
+		return false
 	}
 	keys := make([]string, 0, len(groups))
 	for k := range groups {
@@ -415,6 +415,7 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 			c.snap.Pods[id] = &p
 		}
 	}
+	return true
 }
 
 // packedFirst returns the slices with each node's gpu.gantry.dev devices ordered

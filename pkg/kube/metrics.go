@@ -12,6 +12,7 @@ import (
 // Metrics are the scheduler's gantry_scheduler_* series.
 type Metrics struct {
 	cycleSeconds       prometheus.Histogram
+	draSeconds         prometheus.Histogram
 	podBindSeconds     prometheus.Histogram
 	gangBindSeconds    prometheus.Histogram
 	podsScheduled      prometheus.Counter
@@ -32,6 +33,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		cycleSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gantry_scheduler_cycle_duration_seconds", Help: "Time to compute one scheduling cycle's plan.", Buckets: latency}),
+		draSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_dra_allocator_duration_seconds", Help: "Time a cycle spent asking the structured DRA allocator about claims pkg/placement does not place itself (part of the cycle's time).", Buckets: latency}),
 		podBindSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gantry_scheduler_pod_scheduling_duration_seconds", Help: "Time from a pod's creation to its successful binding.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
 		gangBindSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -67,10 +70,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		scheduler.PendingQueueQuota, scheduler.PendingNoFit, scheduler.PendingWaitingForVictim} {
 		m.pendingByReason.WithLabelValues(string(k))
 	}
-	reg.MustRegister(m.cycleSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
+	reg.MustRegister(m.cycleSeconds, m.draSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
 		m.bindFailures, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
 		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota)
 	return m
+}
+
+func (m *Metrics) observeDRA(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.draSeconds.Observe(d.Seconds())
 }
 
 func (m *Metrics) observeCycle(d time.Duration, _ *scheduler.Plan) {

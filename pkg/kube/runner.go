@@ -131,7 +131,9 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		f, ok := r.failed[g]
 		return ok && f.versions == c.versions(g) && start.Sub(f.at) < retryAfter
 	}
-	c.chooseDevices(ctx, skip)
+	if draStart := time.Now(); c.chooseDevices(ctx, skip) {
+		r.metrics.observeDRA(time.Since(draStart))
+	}
 	c.markBadPods()
 	plan := r.sched.ScheduleSkipping(c.snap, skip)
 	for _, pd := range plan.Pending {
