@@ -272,6 +272,11 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		return
 	}
 	p, demandErr := c.podFromAPI(pod, id, ours)
+	if demandErr == nil && pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 {
+		// The API server refuses to bind a gated pod; a gang with a gated member
+		// waits whole rather than binding the others and rolling them back.
+		demandErr = schedulingGated(pod)
+	}
 	c.indexClaims(pod, id)
 	if pod.Spec.NodeName != "" && len(pod.Spec.ResourceClaims) > 0 {
 		// The GPUs its allocated claims hold are taken, whoever bound the pod (for

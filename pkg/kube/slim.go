@@ -26,6 +26,8 @@ func slimPod(obj any) (any, error) {
 		PriorityClassName: pod.Spec.PriorityClassName,
 		Overhead:          pod.Spec.Overhead,
 		ResourceClaims:    pod.Spec.ResourceClaims,
+		SchedulingGates:   pod.Spec.SchedulingGates,
+		Resources:         pod.Spec.Resources,
 		Containers:        slimContainers(pod.Spec.Containers),
 		InitContainers:    slimContainers(pod.Spec.InitContainers),
 	}

@@ -169,3 +169,12 @@ func nodeFromAPI(n *corev1.Node, inventory []model.GPU) *model.Node {
 	}
 	return out
 }
+
+// schedulingGated says which scheduling gates hold a pod back.
+func schedulingGated(pod *corev1.Pod) error {
+	names := make([]string, len(pod.Spec.SchedulingGates))
+	for i, g := range pod.Spec.SchedulingGates {
+		names[i] = g.Name
+	}
+	return fmt.Errorf("waiting for its scheduling gates to be removed (%s); whoever added them removes them", strings.Join(names, ", "))
+}

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gantry-dev/gantry/pkg/kube"
 	"github.com/gantry-dev/gantry/test/testenv"
@@ -169,4 +170,32 @@ func TestBadGPUDemandsAreExplained(t *testing.T) {
 	if msg := unschedulableMessage(got, "too-many"); !strings.Contains(msg, "16") {
 		t.Errorf("too-many message %q does not say what was asked", msg)
 	}
+}
+
+// A gang with a member held by a scheduling gate (Kueue's, say) binds nothing and
+// says what it waits for; once the gate is removed, the whole gang binds. (The API
+// server refuses to bind a gated pod, so binding the others would only be rolled
+// back.)
+func TestSchedulingGatesHoldTheGang(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	createNodes(t, gpuNode(ns+"-a", 2, "NVIDIA-H100-80GB-HBM3", 81559))
+	gang := withAnnotations("gantry.dev/pod-group", "g", "gantry.dev/min-member", "2")
+	gated := func(p *corev1.Pod) {
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/admission"}}
+	}
+	createPods(t,
+		newPod(ns, "free", withGPUs(1), onTestNodes(t), gang),
+		newPod(ns, "held", withGPUs(1), onTestNodes(t), gang, gated),
+	)
+	waitPods(t, ns, 60*time.Second, "gang told it waits for the gate", func(ps []corev1.Pod) bool {
+		return strings.Contains(unschedulableMessage(ps, "free"), "example.com/admission")
+	})
+	holdPods(t, ns, 2*time.Second, "nothing bound", func(ps []corev1.Pod) bool { return bound(ps) == 0 })
+	patch := []byte(`{"spec":{"schedulingGates":null}}`)
+	if _, err := env.Client.CoreV1().Pods(ns).Patch(ctx, "held", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(t, ns, 30*time.Second, "whole gang bound", func(ps []corev1.Pod) bool { return bound(ps) == 2 })
 }
