@@ -308,9 +308,9 @@ func (c *Cache) anyEvictableGPU() bool {
 //
 // Pods whose claims are alike (replicas from one ResourceClaimTemplate) are asked
 // about once: the allocator is run in levels, each with the devices of the levels
-// before it taken, so the i-th such pod gets level i (modulo the number of levels)
-// and pods of one template that share a node get different devices there. The cost
-// is levels × nodes allocator calls per kind of claim, not pods × nodes.
+// before it taken, so the pod in slot i gets level i (modulo the number of levels)
+// and pods that share a node get different devices there. The cost is levels × nodes
+// allocator calls per kind of claim, not pods × nodes.
 func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool) (asked bool) {
 	previous := c.dra.failed
 	for id := range previous {
@@ -328,6 +328,7 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 	}()
 	clear(c.dra.choices)
 	groups := map[string][]model.PodID{}
+	var all []model.PodID
 	stale := map[string]bool{}
 	for id := range c.dra.structured {
 		p, api := c.snap.Pods[id], c.apiPods[id]
@@ -344,9 +345,41 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 		}
 		key := claimsKey(api, c.podClaims[id], id)
 		groups[key] = append(groups[key], id)
+		all = append(all, id)
 	}
 	if len(groups) == 0 {
 		return false
+	}
+	// Every pod takes a slot, and the level of its slot: slots differ between pods
+	// alike (one kind of claims) and between members of one gang, so that members of
+	// a gang whose claims are of different kinds get different devices where the
+	// answers overlap too (a gang on one node would otherwise be offered the same GPU
+	// twice, and fail every cycle). Pods of different gangs and kinds may share a
+	// slot; the core sorts out what they both want.
+	sort.Slice(all, func(i, j int) bool {
+		a, b := c.snap.Pods[all[i]], c.snap.Pods[all[j]]
+		if a.Gang != b.Gang {
+			return a.Gang < b.Gang
+		}
+		if a.CreatedAt != b.CreatedAt {
+			return a.CreatedAt < b.CreatedAt
+		}
+		return all[i] < all[j]
+	})
+	groupOf := make(map[model.PodID]string, len(all))
+	for key, ids := range groups {
+		for _, id := range ids {
+			groupOf[id] = key
+		}
+	}
+	slot := make(map[model.PodID]int, len(all))
+	nextInGroup, nextInGang, slots := map[string]int{}, map[model.GangID]int{}, map[string]int{}
+	for _, id := range all {
+		key, gang := groupOf[id], c.snap.Pods[id].Gang
+		n := max(nextInGroup[key], nextInGang[gang])
+		slot[id] = n
+		nextInGroup[key], nextInGang[gang] = n+1, n+1
+		slots[key] = max(slots[key], n+1)
 	}
 	keys := make([]string, 0, len(groups))
 	for k := range groups {
@@ -380,21 +413,16 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 	}
 	for _, key := range keys {
 		ids := groups[key]
-		sort.Slice(ids, func(i, j int) bool {
-			a, b := c.snap.Pods[ids[i]], c.snap.Pods[ids[j]]
-			if a.CreatedAt != b.CreatedAt {
-				return a.CreatedAt < b.CreatedAt
-			}
-			return ids[i] < ids[j]
-		})
-		levels, err := c.allocationLevels(ctx, base, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], len(ids))
+		sort.Slice(ids, func(i, j int) bool { return slot[ids[i]] < slot[ids[j]] })
+		levels, err := c.allocationLevels(ctx, base, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], slots[key])
 		// The choices a preemption search would start from: only where the GPUs
 		// now held by pods it could evict are what stands in the way.
 		var preemptLevels []allocationLevel
 		if err == nil && ifPreempted != nil {
-			preemptLevels, err = c.allocationLevels(ctx, *ifPreempted, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], len(ids))
+			preemptLevels, err = c.allocationLevels(ctx, *ifPreempted, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], slots[key])
 		}
-		for i, id := range ids {
+		for _, id := range ids {
+			i := slot[id]
 			p := *c.snap.Pods[id]
 			p.DeviceChoices = map[string][]model.GPUBinding{}
 			p.PreemptionDeviceChoices = nil

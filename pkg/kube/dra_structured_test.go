@@ -64,13 +64,18 @@ func draCluster(t testing.TB, nodes, gpus int, product func(node int) string) *C
 
 // addClaimPod adds a pending pod with its own claim of the given requests.
 func addClaimPod(c *Cache, name string, requests ...resourceapi.DeviceRequest) {
+	addGangClaimPod(c, name, nil, requests...)
+}
+
+// addGangClaimPod is addClaimPod with annotations (a gang's, say).
+func addGangClaimPod(c *Cache, name string, annotations map[string]string, requests ...resourceapi.DeviceRequest) {
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-gpu"},
 		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests}},
 	}
 	c.UpsertClaim(claim)
 	c.UpsertPod(&corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: annotations},
 		Spec: corev1.PodSpec{
 			SchedulerName:  testScheduler,
 			Containers:     []corev1.Container{{Name: "c"}},
@@ -213,5 +218,20 @@ func TestChooseDevicesPacksShares(t *testing.T) {
 	got := chooseNow(c)["ns/share"].DeviceChoices["node-0000"]
 	if len(got) != 1 || got[0].Index != 1 || got[0].Whole || got[0].MemoryBytes != 20<<30 {
 		t.Errorf("share would take %+v, want 20 GiB of GPU 1 (already half shared)", got)
+	}
+}
+
+// Members of one gang whose claims are of different kinds, both satisfied by the same
+// GPUs, are offered different GPUs of a node: offered the same one, the gang could
+// never fit on the node.
+func TestChooseDevicesGivesGangMembersDifferentGPUs(t *testing.T) {
+	c := draCluster(t, 1, 2, func(int) string { return "NVIDIA H100 80GB HBM3" })
+	gang := map[string]string{"gantry.dev/pod-group": "g", "gantry.dev/min-member": "2"}
+	addGangClaimPod(c, "head", gang, selectorRequest(`device.attributes["gpu.gantry.dev"].index >= 0`))
+	addGangClaimPod(c, "worker", gang, selectorRequest(`device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA")`))
+	pods := chooseNow(c)
+	head, worker := pods["ns/head"].DeviceChoices["node-0000"], pods["ns/worker"].DeviceChoices["node-0000"]
+	if len(head) != 1 || len(worker) != 1 || head[0].Index == worker[0].Index {
+		t.Errorf("head would take %v, worker %v; want one GPU each, different", head, worker)
 	}
 }

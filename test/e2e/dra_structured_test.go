@@ -447,3 +447,29 @@ func TestDRASharedClaimIsBookedOnce(t *testing.T) {
 	})
 	_ = node
 }
+
+// A gang whose members claim through different templates that the same GPUs satisfy
+// fits on one node with just enough GPUs: the members are offered different GPUs.
+func TestDRAGangOfDifferentClaimsFitsOneNode(t *testing.T) {
+	requireEnv(t)
+	ns := namespace(t)
+	ensureDeviceClass(t)
+	a := gpuNode(ns+"-a", 0, "", 0)
+	createNodes(t, a)
+	publishGPUs(t, a.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
+	createTemplate(t, ns, "by-model", selectGPU(`device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA H100")`))
+	createTemplate(t, ns, "by-index", selectGPU(`device.attributes["gpu.gantry.dev"].index >= 0`))
+	gang := withAnnotations("gantry.dev/pod-group", "g", "gantry.dev/min-member", "2")
+	createPods(t,
+		newPod(ns, "head", withClaimTemplate("by-model"), onTestNodes(t), gang),
+		newPod(ns, "worker", withClaimTemplate("by-index"), onTestNodes(t), gang),
+	)
+	waitPods(t, ns, 60*time.Second, "both members bound", func(ps []corev1.Pod) bool { return bound(ps) == 2 })
+	devices := map[string]bool{}
+	for _, c := range allocatedClaims(t, ns) {
+		devices[c.Status.Allocation.Devices.Results[0].Device] = true
+	}
+	if len(devices) != 2 {
+		t.Errorf("devices allocated: %v, want the node's two GPUs", devices)
+	}
+}
