@@ -84,6 +84,14 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "  being evicted: %s\n", c.Message)
 		}
 	}
+	if len(pod.Spec.SchedulingGates) > 0 {
+		gates := make([]string, len(pod.Spec.SchedulingGates))
+		for i, g := range pod.Spec.SchedulingGates {
+			gates[i] = g.Name
+		}
+		fmt.Fprintf(stdout, "  held by scheduling gates: %s\n", strings.Join(gates, ", "))
+	}
+	explainClaims(ctx, client, pod, stdout)
 	if g, err := gangOf(ctx, cfg, client, pod); err == nil && g != nil {
 		fmt.Fprintf(stdout, "Gang %s (%s)\n", g.ID, g.Source)
 		fmt.Fprintf(stdout, "  must start together: %d; queue %q; priority class %q\n", g.MinMember, g.Queue, g.PriorityClassName)
@@ -106,6 +114,57 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	return nil
+}
+
+// explainClaims prints each of the pod's ResourceClaims: not created yet, not
+// allocated yet, or the devices allocated (with the memory a share consumes) and how
+// many consumers it is reserved for.
+func explainClaims(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, stdout io.Writer) {
+	if len(pod.Spec.ResourceClaims) == 0 {
+		return
+	}
+	fmt.Fprintln(stdout, "ResourceClaims")
+	for _, pc := range pod.Spec.ResourceClaims {
+		name := ""
+		if pc.ResourceClaimName != nil {
+			name = *pc.ResourceClaimName
+		}
+		for _, st := range pod.Status.ResourceClaimStatuses {
+			if st.Name == pc.Name && st.ResourceClaimName != nil {
+				name = *st.ResourceClaimName
+			}
+		}
+		if name == "" {
+			fmt.Fprintf(stdout, "  %s: not created yet from template %s\n", pc.Name, ptrString(pc.ResourceClaimTemplateName))
+			continue
+		}
+		claim, err := client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintf(stdout, "  %s: claim %s: %v\n", pc.Name, name, err)
+			continue
+		}
+		a := claim.Status.Allocation
+		if a == nil {
+			fmt.Fprintf(stdout, "  %s: claim %s, not allocated yet\n", pc.Name, name)
+			continue
+		}
+		var devices []string
+		for _, r := range a.Devices.Results {
+			d := r.Driver + "/" + r.Pool + "/" + r.Device
+			if q, ok := r.ConsumedCapacity["memory"]; ok && r.ShareID != nil {
+				d += " (share of " + q.String() + ")"
+			}
+			devices = append(devices, d)
+		}
+		fmt.Fprintf(stdout, "  %s: claim %s, allocated %s; reserved for %d consumer(s)\n", pc.Name, name, strings.Join(devices, ", "), len(claim.Status.ReservedFor))
+	}
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return "?"
+	}
+	return *s
 }
 
 func eventTime(e corev1.Event) metav1.Time {

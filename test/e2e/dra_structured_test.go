@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/test/testenv"
 )
 
 // createTemplate creates a ResourceClaimTemplate whose claims have the given requests.
@@ -119,6 +122,24 @@ func TestDRASelectorPicksMatchingGPUs(t *testing.T) {
 	}
 	if len(devices) != 2 {
 		t.Errorf("%d L4 devices allocated, want 2", len(devices))
+	}
+	// gantry explain shows a bound pod's claim and its device.
+	var boundPod string
+	for _, p := range got {
+		if p.Spec.NodeName != "" {
+			boundPod = p.Name
+		}
+	}
+	bin, err := testenv.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(bin, "gantry"), "explain", boundPod, "-n", ns, "--kubeconfig", env.Kubeconfig).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gantry explain: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "ResourceClaims") || !strings.Contains(string(out), "allocated gpu.gantry.dev/"+l4.Name+"/gpu-") {
+		t.Errorf("gantry explain does not show the pod's allocated claim:\n%s", out)
 	}
 
 	// Plain claims now: the L4 GPUs are taken, so they go to the H100 node, and a
