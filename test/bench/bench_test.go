@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,19 +11,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestThroughput runs scenarios a and c at a tenth of their size against real control
-// planes: a smoke test of the harness, not a measurement (use `make bench`).
-func TestThroughput(t *testing.T) {
-	if os.Getenv("GANTRY_BENCH") == "" {
-		t.Skip("scheduler throughput benchmark: set GANTRY_BENCH=1 (needs bin/ from `make tools` and bin/gantry-scheduler); `make bench` runs it in full")
+// TestHarness runs scenarios a, c and e at a twentieth of their size against real
+// control planes, both schedulers where the scenario has both: every pod bound, no
+// node over-committed, no device given twice, no gang left partly bound. It checks the
+// harness and the schedulers' results, not their speed (that is `make bench`).
+func TestHarness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: starts several control planes; not started with -short")
 	}
-	scenarios, err := Select("a,c")
+	scenarios, err := Select("a,c,e")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, scenarios, Options{Scale: 0.1, Progress: testWriter{t}, WorkDir: t.TempDir()})
+	rep, err := Run(ctx, scenarios, Options{Scale: 0.05, Progress: testWriter{t}, WorkDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
