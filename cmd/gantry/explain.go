@@ -21,6 +21,7 @@ import (
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/gang"
+	"github.com/gantry-dev/gantry/pkg/kube"
 	"github.com/gantry-dev/gantry/pkg/sandbox"
 )
 
@@ -125,15 +126,7 @@ func explainClaims(ctx context.Context, client kubernetes.Interface, pod *corev1
 	}
 	fmt.Fprintln(stdout, "ResourceClaims")
 	for _, pc := range pod.Spec.ResourceClaims {
-		name := ""
-		if pc.ResourceClaimName != nil {
-			name = *pc.ResourceClaimName
-		}
-		for _, st := range pod.Status.ResourceClaimStatuses {
-			if st.Name == pc.Name && st.ResourceClaimName != nil {
-				name = *st.ResourceClaimName
-			}
-		}
+		name := kube.ClaimName(pod, pc)
 		if name == "" {
 			fmt.Fprintf(stdout, "  %s: not created yet from template %s\n", pc.Name, ptrString(pc.ResourceClaimTemplateName))
 			continue

@@ -511,13 +511,8 @@ func (c *Cache) indexClaims(pod *corev1.Pod, id model.PodID) {
 func claimKeys(pod *corev1.Pod) []string {
 	var keys []string
 	for _, pc := range pod.Spec.ResourceClaims {
-		if pc.ResourceClaimName != nil {
-			keys = append(keys, pod.Namespace+"/"+*pc.ResourceClaimName)
-		}
-	}
-	for _, st := range pod.Status.ResourceClaimStatuses {
-		if st.ResourceClaimName != nil {
-			keys = append(keys, pod.Namespace+"/"+*st.ResourceClaimName)
+		if name := ClaimName(pod, pc); name != "" {
+			keys = append(keys, pod.Namespace+"/"+name)
 		}
 	}
 	return keys

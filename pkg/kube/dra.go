@@ -30,22 +30,28 @@ type podClaim struct {
 	Claim     *resourceapi.ResourceClaim
 }
 
+// ClaimName is the name of the ResourceClaim behind one entry of a pod's
+// spec.resourceClaims: the claim it names, or the one kube-controller-manager
+// created from its template (empty until then).
+func ClaimName(pod *corev1.Pod, pc corev1.PodResourceClaim) string {
+	if pc.ResourceClaimName != nil {
+		return *pc.ResourceClaimName
+	}
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.Name == pc.Name && st.ResourceClaimName != nil {
+			return *st.ResourceClaimName
+		}
+	}
+	return ""
+}
+
 // claimsOf resolves a pod's spec.resourceClaims to claim objects. waiting says which
 // claim does not exist yet (kube-controller-manager creates claims from templates).
 func claimsOf(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) (out []podClaim, waiting string) {
 	for _, pc := range pod.Spec.ResourceClaims {
-		name := ""
-		if pc.ResourceClaimName != nil {
-			name = *pc.ResourceClaimName
-		} else {
-			for _, st := range pod.Status.ResourceClaimStatuses {
-				if st.Name == pc.Name && st.ResourceClaimName != nil {
-					name = *st.ResourceClaimName
-				}
-			}
-			if name == "" {
-				return nil, fmt.Sprintf("waiting for the ResourceClaim of %q to be created from its template", pc.Name)
-			}
+		name := ClaimName(pod, pc)
+		if name == "" {
+			return nil, fmt.Sprintf("waiting for the ResourceClaim of %q to be created from its template", pc.Name)
 		}
 		c := claims[pod.Namespace+"/"+name]
 		if c == nil {

@@ -192,13 +192,8 @@ func structuredDemand(pod *corev1.Pod, pcs []podClaim, d model.GPUDemand) model.
 			if e == nil || e.DeviceClassName != DriverName {
 				continue
 			}
-			count := max(int(e.Count), 1)
-			d.Count += count
-			if e.Capacity != nil {
-				if q, ok := e.Capacity.Requests[memoryCapacity]; ok {
-					d.MemoryBytes = max(d.MemoryBytes, q.Value())
-				}
-			}
+			d.Count += max(int(e.Count), 1)
+			d.MemoryBytes = max(d.MemoryBytes, requestedMemory(e))
 		}
 	}
 	d.ByDevice = true
@@ -227,31 +222,13 @@ func toAllocate(pod *corev1.Pod, pcs []podClaim) (unallocated, shared []*resourc
 // allocatedState is what is taken, as the allocator needs it: gpu.gantry.dev
 // devices from the core's bookings, other drivers' devices from the claims and from
 // this scheduler's allocations in flight. Claims in skip (stale allocations about to
-// be redone) do not count. With ifPreempted, GPUs booked by preemptible or
-// terminating pods count as free: the state a preemptor's search starts from.
-// Caller holds mu.
-func (c *Cache) allocatedState(skip map[string]bool, ifPreempted bool) structured.AllocatedState {
+// be redone) do not count. GPU memory in evictable (from evictableGPUs) counts as
+// free: with it, the state a preemptor's search starts from. Caller holds mu.
+func (c *Cache) allocatedState(skip map[string]bool, evictable map[structured.DeviceID]int64) structured.AllocatedState {
 	st := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-	// Memory that evictions could free, per GPU; -1 for a GPU held whole.
-	evictable := map[structured.DeviceID]int64{}
-	if ifPreempted {
-		for _, p := range c.snap.Pods {
-			if !p.Bound() || !(p.Preemptible || p.Terminating) {
-				continue
-			}
-			for _, b := range p.GPUs {
-				id := structured.MakeDeviceID(DriverName, p.Node, DeviceName(b.Index))
-				if b.Whole {
-					evictable[id] = -1
-				} else if evictable[id] >= 0 {
-					evictable[id] += b.MemoryBytes
-				}
-			}
-		}
 	}
 	for _, n := range c.snap.Nodes {
 		if n.GPUsByCountOnly {
@@ -288,20 +265,29 @@ func (c *Cache) allocatedState(skip map[string]bool, ifPreempted bool) structure
 	return st
 }
 
-// anyEvictableGPU reports whether some bound pod that a preemption could remove
-// (preemptible, or already terminating) holds a GPU. Caller holds mu.
-func (c *Cache) anyEvictableGPU() bool {
+// evictableGPUs is the GPU memory a preemption could free, per GPU, -1 for a GPU
+// held whole: what preemptible or terminating pods hold. Caller holds mu.
+func (c *Cache) evictableGPUs() map[structured.DeviceID]int64 {
+	evictable := map[structured.DeviceID]int64{}
 	for _, p := range c.snap.Pods {
-		if p.Bound() && (p.Preemptible || p.Terminating) && len(p.GPUs) > 0 {
-			return true
+		if !p.Bound() || !(p.Preemptible || p.Terminating) {
+			continue
+		}
+		for _, b := range p.GPUs {
+			id := structured.MakeDeviceID(DriverName, p.Node, DeviceName(b.Index))
+			if b.Whole {
+				evictable[id] = -1
+			} else if evictable[id] >= 0 {
+				evictable[id] += b.MemoryBytes
+			}
 		}
 	}
-	return false
+	return evictable
 }
 
 // chooseDevices runs the structured allocator for the pending pods that need it
-// (reporting whether there were any) and records, on each pod, the nodes where its claims can be allocated and the GPUs
-// they would take there. A claim the allocator rejects as invalid (a CEL error, a
+// (reporting whether there were any) and records, on each pod, the nodes where its
+// claims can be allocated and the GPUs they would take there. A claim the allocator rejects as invalid (a CEL error, a
 // missing DeviceClass) holds the pod back with the allocator's words. Pods for
 // which skip is true (gangs the cycle will not try) keep last cycle's choices.
 // Caller holds mu.
@@ -328,6 +314,7 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 	}()
 	clear(c.dra.choices)
 	groups := map[string][]model.PodID{}
+	groupOf := map[model.PodID]string{}
 	var all []model.PodID
 	stale := map[string]bool{}
 	for id := range c.dra.structured {
@@ -345,6 +332,7 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 		}
 		key := claimsKey(api, c.podClaims[id], id)
 		groups[key] = append(groups[key], id)
+		groupOf[id] = key
 		all = append(all, id)
 	}
 	if len(groups) == 0 {
@@ -366,12 +354,6 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 		}
 		return all[i] < all[j]
 	})
-	groupOf := make(map[model.PodID]string, len(all))
-	for key, ids := range groups {
-		for _, id := range ids {
-			groupOf[id] = key
-		}
-	}
 	slot := make(map[model.PodID]int, len(all))
 	nextInGroup, nextInGang, slots := map[string]int{}, map[model.GangID]int{}, map[string]int{}
 	for _, id := range all {
@@ -405,10 +387,10 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	slices = c.packedFirst(slices)
-	base := c.allocatedState(stale, false)
+	base := c.allocatedState(stale, nil)
 	var ifPreempted *structured.AllocatedState
-	if c.anyEvictableGPU() {
-		st := c.allocatedState(stale, true)
+	if evictable := c.evictableGPUs(); len(evictable) > 0 {
+		st := c.allocatedState(stale, evictable)
 		ifPreempted = &st
 	}
 	for _, key := range keys {

@@ -115,7 +115,6 @@ func NewInformers(client kubernetes.Interface, dyn dynamic.Interface, c *Cache, 
 			DeleteFunc: func(obj any) {
 				if sl, ok := unwrap(obj).(*resourceapi.ResourceSlice); ok {
 					s.remove(c, sl)
-					c.DeleteSlice(sl.Name)
 				}
 			},
 		})
@@ -298,7 +297,7 @@ type sliceIndex struct {
 }
 
 func (s *sliceIndex) upsert(c *Cache, sl *resourceapi.ResourceSlice) {
-	c.UpsertSlice(sl)
+	c.UpsertSlice(sl) // every driver's, for the structured allocator
 	if sl.Spec.Driver != DriverName || sl.Spec.NodeName == nil {
 		return
 	}
@@ -314,6 +313,7 @@ func (s *sliceIndex) upsert(c *Cache, sl *resourceapi.ResourceSlice) {
 }
 
 func (s *sliceIndex) remove(c *Cache, sl *resourceapi.ResourceSlice) {
+	c.DeleteSlice(sl.Name)
 	if sl.Spec.Driver != DriverName || sl.Spec.NodeName == nil {
 		return
 	}
