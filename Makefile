@@ -21,6 +21,11 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 
 .PHONY: all build test test-deps unit integration tools generate lint bench bench-quick run clean-tools gpu-smoke
 
+# progress NAME: says which tool a cold build is on and how many are still missing, so
+# that twenty minutes of compiling does not look like a hang.
+progress = @n=0; for f in $(TOOLS); do [ -e "$$f" ] || n=$$((n+1)); done; \
+	echo ">> building $(1) ($$n of $(words $(TOOLS)) tools still to build; a cold first build takes about 20 minutes on 2 cores)"
+
 all: build
 
 ## tools: build the pinned Kubernetes, etcd, kwok, KubeRay and controller-gen binaries into bin/.
@@ -28,15 +33,15 @@ all: build
 tools: $(TOOLS)
 
 $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl: $(BIN)/%: hack/tools/kubernetes/go.mod hack/tools/kubernetes/go.sum
-	@echo ">> building $* $(K8S_VERSION) (first build takes minutes)"
+	$(call progress,$* $(K8S_VERSION))
 	cd hack/tools/kubernetes && $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
 
 $(BIN)/etcd: hack/tools/etcd/go.mod hack/tools/etcd/go.sum hack/tools/etcd/main.go
-	@echo ">> building etcd"
+	$(call progress,etcd)
 	cd hack/tools/etcd && $(GO) build -trimpath -ldflags '-s -w' -o $@ .
 
 $(BIN)/kwok: hack/tools/kwok/go.mod hack/tools/kwok/go.sum
-	@echo ">> building kwok"
+	$(call progress,kwok)
 	cd hack/tools/kwok && $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/kwok/cmd/kwok
 
 # kwok ships its stock node and pod lifecycles as YAML in its module; a standalone kwok
@@ -56,14 +61,15 @@ $(BIN)/kuberay-crds/.stamp: hack/tools/kuberay/go.mod hack/tools/kuberay/go.sum
 	touch $@
 
 $(BIN)/kuberay-operator: hack/tools/kuberay/go.mod hack/tools/kuberay/go.sum
-	@echo ">> building KubeRay operator"
+	$(call progress,the KubeRay operator)
 	cd hack/tools/kuberay && $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/ray-project/kuberay/ray-operator
 
 $(BIN)/controller-gen: hack/tools/controller-gen/go.mod hack/tools/controller-gen/go.sum
-	@echo ">> building controller-gen"
+	$(call progress,controller-gen)
 	cd hack/tools/controller-gen && $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(BIN)/helm: hack/tools/helm/go.mod hack/tools/helm/go.sum
+	$(call progress,helm)
 	@echo ">> building helm"
 	cd hack/tools/helm && v=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v3) && \
 	$(GO) build -trimpath -o $@ -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$$v \
@@ -122,9 +128,12 @@ bench: tools build
 bench-quick: tools build
 	$(GO) run ./test/bench/cmd/gantry-bench -scenarios a,c -scale 0.1
 
-## run: the sandbox cluster with the seed scenario.
-run:
-	@echo "make run: the sandbox (gantry sandbox up / demo) is not built yet; see issue 8." >&2; exit 1
+## run: the sandbox cluster playing the seed scenario, then staying up until Ctrl-C.
+## RUN_ARGS adds flags of `gantry sandbox up`, e.g. RUN_ARGS="--nodes 4 --gpus dgxh100";
+## CI runs RUN_ARGS=--exit-after-demo, which fails unless the demo ends with the seed's picture.
+RUN_ARGS ?=
+run: tools build
+	$(BIN)/gantry sandbox up --demo $(RUN_ARGS)
 
 ## gpu-smoke: the node agent's discovery and metrics against the real NVIDIA driver
 ## (run it on a GPU machine; it says so and fails elsewhere).
