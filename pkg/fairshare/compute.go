@@ -14,6 +14,8 @@ type Usage struct {
 	// Requested is asked for by the queue's pods, bound or pending (so it includes
 	// Allocated; where it is smaller, Allocated is used).
 	Requested Amounts
+	// NonPreemptible is the part of Allocated held by pods that may not be preempted.
+	NonPreemptible Amounts
 }
 
 // ResourceShare is one queue's standing on one resource.
@@ -29,6 +31,10 @@ type ResourceShare struct {
 	// Requested and Allocated sum the queue's own pods and its descendants'.
 	Requested float64
 	Allocated float64
+	// AllocatedNonPreemptible is the part of Allocated that no preemption or reclaim
+	// can free: what non-preemptible pods hold. It is what the quota check of
+	// non-preemptible work counts (WouldExceedQuota).
+	AllocatedNonPreemptible float64
 	// Demand is Requested capped at the limits of the queue and its descendants: the
 	// most the queue could use.
 	Demand float64
@@ -110,6 +116,11 @@ func Compute(queues map[string]*model.Queue, capacity Amounts, usage map[string]
 		for r, v := range u.Requested {
 			if rs := qs.Resources[r]; rs != nil {
 				rs.Requested += v
+			}
+		}
+		for r, v := range u.NonPreemptible {
+			if rs := qs.Resources[r]; rs != nil {
+				rs.AllocatedNonPreemptible += v
 			}
 		}
 	}
@@ -216,6 +227,7 @@ func (s *Shares) sumUsage(name string) {
 		for r, rs := range qs.Resources {
 			child := s.queues[c].Resources[r]
 			rs.Allocated += child.Allocated
+			rs.AllocatedNonPreemptible += child.AllocatedNonPreemptible
 			rs.Requested += child.Requested
 		}
 	}
@@ -360,6 +372,19 @@ func (s *Shares) Allocate(queue string, amounts Amounts) { s.addAllocated(queue,
 // Release records that pods of the queue gave amounts back (evicted or finished).
 func (s *Shares) Release(queue string, amounts Amounts) { s.addAllocated(queue, amounts, -1) }
 
+// AllocateNonPreemptible is Allocate for pods that may not be preempted: they count in
+// AllocatedNonPreemptible too.
+func (s *Shares) AllocateNonPreemptible(queue string, amounts Amounts) {
+	s.addAllocated(queue, amounts, 1)
+	for _, qs := range s.pathUp(queue) {
+		for r, v := range amounts {
+			if rs := qs.Resources[r]; rs != nil {
+				rs.AllocatedNonPreemptible += v
+			}
+		}
+	}
+}
+
 func (s *Shares) addAllocated(queue string, amounts Amounts, sign float64) {
 	for _, qs := range s.pathUp(queue) {
 		for r, v := range amounts {
@@ -368,6 +393,16 @@ func (s *Shares) addAllocated(queue string, amounts Amounts, sign float64) {
 			}
 		}
 	}
+}
+
+// PathUp returns the names of the queue and its ancestors, the queue first; nil for a
+// queue the Shares do not know.
+func (s *Shares) PathUp(queue string) []string {
+	var out []string
+	for _, qs := range s.pathUp(queue) {
+		out = append(out, qs.Name)
+	}
+	return out
 }
 
 // pathUp returns the queue and its ancestors, the queue first.

@@ -83,3 +83,51 @@ func limitApplies(r model.ResourceName, rs *ResourceShare) bool {
 	}
 	return true
 }
+
+// QuotaError says which queue's quota non-preemptible work would pass. Its message is
+// meant for people.
+type QuotaError struct {
+	// Queue is the queue whose quota is passed: the leaf itself or an ancestor.
+	Queue string
+	// Leaf is the queue the work was sent to.
+	Leaf     string
+	Resource model.ResourceName
+	// Quota and NonPreemptible (what non-preemptible work holds there already) are in
+	// the units of model.QueueResource; Addition is what the work asks for.
+	Quota          float64
+	NonPreemptible float64
+	Addition       float64
+}
+
+func (e *QuotaError) Error() string {
+	who := "queue " + e.Queue
+	if e.Queue != e.Leaf {
+		who = fmt.Sprintf("queue %s (a parent of %s)", e.Queue, e.Leaf)
+	}
+	return fmt.Sprintf("%s would go past its %s quota of %s with non-preemptible work (%s held by non-preemptible work, %s more asked for), and non-preemptible work may not borrow: mark the work preemptible (gantry.dev/preemptible: \"true\" or a preemptible priority class such as train), or raise %s.quota of queue %s",
+		who, resourceTitle(e.Resource), amount(e.Resource, e.Quota), amount(e.Resource, e.NonPreemptible), amount(e.Resource, e.Addition), specField(e.Resource), e.Queue)
+}
+
+// WouldExceedQuota returns nil when non-preemptible work asking for addition fits in
+// the quota of the leaf queue and of every ancestor, counting only what
+// non-preemptible work holds there (preemptible work is a preemption candidate, never
+// a reason to refuse), and a *QuotaError naming the first quota passed otherwise. A
+// quota of -1 sets no bound, as in KAI Scheduler.
+func (s *Shares) WouldExceedQuota(queue string, addition Amounts) error {
+	for _, qs := range s.pathUp(queue) {
+		for _, r := range s.resources {
+			add := addition[r]
+			rs := qs.Resources[r]
+			if add <= 0 || rs == nil || rs.Quota == model.Unlimited {
+				continue
+			}
+			if _, isModel := gpuModelOf(r); isModel && !rs.Declared {
+				continue
+			}
+			if rs.AllocatedNonPreemptible+add > rs.Quota+epsilon {
+				return &QuotaError{Queue: qs.Name, Leaf: queue, Resource: r, Quota: rs.Quota, NonPreemptible: rs.AllocatedNonPreemptible, Addition: add}
+			}
+		}
+	}
+	return nil
+}

@@ -75,6 +75,10 @@ type Snapshot struct {
 	// kept by whoever maintains the snapshot; a cycle then looks at these only. Nil
 	// means every gang is looked at.
 	PendingGangs map[GangID]struct{}
+	// DefaultQueue is the queue that pods and gangs with no queue are charged to (the
+	// scheduler's config names it); empty, or a queue not in Queues, leaves them
+	// uncharged.
+	DefaultQueue string
 
 	nodeIndex map[string]int
 }
@@ -117,6 +121,15 @@ func (s *Snapshot) NodeIndex(name string) int {
 		return i
 	}
 	return -1
+}
+
+// QueueOf is the queue work labelled with queue is charged to: queue itself, or
+// DefaultQueue for work with none when that queue exists.
+func (s *Snapshot) QueueOf(queue string) string {
+	if queue == "" && s.DefaultQueue != "" && s.Queues[s.DefaultQueue] != nil {
+		return s.DefaultQueue
+	}
+	return queue
 }
 
 // GangPods returns the gang's existing pods in a stable order.

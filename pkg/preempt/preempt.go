@@ -41,6 +41,14 @@ type Request struct {
 	Now, MinRuntimeSeconds int64
 	// Limits bound the search; the zero value means DefaultLimits.
 	Limits Limits
+	// ReclaimOnly refuses victims of the gang's own queue (used for members above a
+	// gang's minimum, which only claim their queue's guarantee).
+	ReclaimOnly bool
+	// WithinLimit, when not nil, says the gang's queue (or a parent) would pass its
+	// limit as things are: Find first takes lower-priority work of the gang's own queue,
+	// cheapest first, until WithinLimit reports that the gang fits under the limit with
+	// those victims gone, and then searches for room from there.
+	WithinLimit func(victims []*model.Pod) bool
 }
 
 // Limits bound the victim search so that one blocked gang cannot stall a cycle. A
@@ -98,21 +106,54 @@ func Find(req Request) (*Result, error) {
 	}
 	p := preemptorOf(req)
 
-	if placements, unschedulable := req.Placer.PlaceGang(req.View.Fork(), req.Pods); unschedulable == nil {
-		return &Result{Placements: placements, Reason: fmt.Sprintf("%s fits without evicting anything", p.describe())}, nil
+	if req.WithinLimit == nil {
+		if placements, unschedulable := req.Placer.PlaceGang(req.View.Fork(), req.Pods); unschedulable == nil {
+			return &Result{Placements: placements, Reason: fmt.Sprintf("%s fits without evicting anything", p.describe())}, nil
+		}
 	}
 
 	rules := newReclaimRules(req, p)
 	units, refused := collectUnits(req, p, rules)
+	required, err := underLimit(req, p, units)
+	if err != nil {
+		return nil, err
+	}
 	if len(units) == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrNoVictims, noCandidatesMessage(req, p, refused))
 	}
 	s := newSearch(req, p, rules, units)
+	s.required = required
 	chosen, err := s.run()
 	if err != nil {
 		return nil, err
 	}
 	return s.result(chosen)
+}
+
+// underLimit picks, when the gang's queue is at its limit, the victims of its own
+// queue that bring it under: preemptible lower-priority units in cost order, as few
+// as WithinLimit needs. Nil when there is no limit to get under.
+func underLimit(req Request, p preemptor, units []*unit) ([]*unit, error) {
+	if req.WithinLimit == nil {
+		return nil, nil
+	}
+	var chosen []*unit
+	var pods []*model.Pod
+	for _, u := range units {
+		if u.kind != KindPreempt {
+			continue
+		}
+		chosen = normalize(append(chosen, u))
+		pods = pods[:0]
+		for _, c := range chosen {
+			pods = append(pods, c.pods...)
+		}
+		if req.WithinLimit(pods) {
+			return chosen, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s: its queue is at its limit, and evicting all the lower-priority work of the queue (%d) would not bring it under",
+		ErrNoVictims, p.describe(), len(chosen))
 }
 
 func (req *Request) validate() error {

@@ -349,7 +349,7 @@ func TestFind(t *testing.T) {
 			pending:     gangSpec{id: "team-a/train", queue: "team-a", priority: 50, pods: []podSpec{{name: "0", demand: wholeGPUs(2)}}},
 			wantVictims: []string{"team-b/b3-0", "team-b/b4-0"},
 			wantKind:    KindReclaim,
-			wantReason:  "reclaims gang team-b/b4 (priority 50), gang team-b/b3 (priority 50) from queue team-b (4 GPUs, fair share 2)",
+			wantReason:  "reclaims gang team-b/b4 (priority 50), gang team-b/b3 (priority 50) from queue team-b (4 GPUs, above its quota of 2)",
 		},
 		{
 			name:   "reclaim stops at the victim's fair share: one GPU of surplus serves a one-GPU gang",
@@ -380,7 +380,7 @@ func TestFind(t *testing.T) {
 			wantErr: "reclaim stops where a queue would go below its GPU fair share",
 		},
 		{
-			name:  "reclaim in a queue tree: team-a takes from another department above its share, not from its sibling at its share",
+			name:  "reclaim in a queue tree: team-a within its quota takes from its sibling above its quota",
 			nodes: []nodeSpec{{name: "node-a", gpus: 5}},
 			queues: []queueSpec{
 				{name: "dept-1", quota: 2, limit: -1, weight: 1},
@@ -397,9 +397,11 @@ func TestFind(t *testing.T) {
 				inQueue(withStart(lone("team-c/c3", 50, whole(4)), 5400), "team-c"),
 			},
 			pending:     gangSpec{id: "team-a/train", queue: "team-a", priority: 50, pods: []podSpec{{name: "0", demand: wholeGPUs(1)}}},
-			wantVictims: []string{"team-c/c2-0"},
+			// Quota is guaranteed: team-b holds 2 GPUs on a quota of 0, so team-a, within
+			// its quota, takes from its sibling first (the cheaper victim by name).
+			wantVictims: []string{"team-b/b1-0"},
 			wantKind:    KindReclaim,
-			wantReason:  "from queue team-c (3 GPUs, fair share 2)",
+			wantReason:  "(priority 50; queue team-a holds 0 GPUs, within its quota of 2) reclaims gang team-b/b1 (priority 50) from queue team-b (2 GPUs, above its quota of 0)",
 		},
 		{
 			name:  "reclaim in a queue tree: a queue above its share in a department at its share is its sibling's to reclaim, not another department's",
@@ -419,7 +421,7 @@ func TestFind(t *testing.T) {
 			},
 			pending: gangSpec{id: "team-a/train", queue: "team-a", priority: 50, pods: []podSpec{{name: "0", demand: wholeGPUs(1)}}},
 			queued:  []gangSpec{{id: "team-d/train", queue: "team-d", priority: 50, pods: []podSpec{{name: "0", demand: wholeGPUs(2)}}}},
-			wantErr: "2 in another queue that is not above its GPU fair share",
+			wantErr: "2 in another queue, and by quota, that queue is not above its GPU quota, and by fair share, that queue is not above its GPU fair share",
 		},
 		{
 			name:   "reclaim: a queue at its fair share is not reclaimed from, whatever the priorities",
@@ -432,7 +434,7 @@ func TestFind(t *testing.T) {
 				{id: "team-c/serve", queue: "team-c", priority: 125, pods: []podSpec{{name: "0", gpus: []model.GPUBinding{whole(3)}}}},
 			},
 			pending: gangSpec{id: "team-a/serve", queue: "team-a", priority: 125, pods: []podSpec{{name: "0", demand: wholeGPUs(1)}}},
-			wantErr: "2 in another queue that is not above its GPU fair share",
+			wantErr: "2 in another queue, and by quota, that queue is not above its GPU quota, and by fair share, that queue is not above its GPU fair share",
 		},
 	}
 	for _, tc := range tests {

@@ -60,14 +60,26 @@ func (s *search) reason(chosen []*unit, r *Result) string {
 		actions = append(actions, "preempts "+describeUnits(preempted))
 	}
 	if len(reclaimed) > 0 {
+		// Both rules judge a victim queue alike for every gang of it; the first
+		// reclaimed unit names the rule.
+		byQuota := reclaimed[0].byQuota
 		if rs := s.rules.gpuShare(s.p.queue); rs != nil {
-			who = fmt.Sprintf("gang %s (%s; queue %s holds %s GPUs, below its fair share of %s)",
-				s.p.gang, priorityWords(s.p.class, s.p.priority), s.p.queue, formatGPUs(rs.Allocated), formatGPUs(rs.FairShare))
+			standing := fmt.Sprintf("below its fair share of %s", formatGPUs(rs.FairShare))
+			if byQuota {
+				standing = fmt.Sprintf("within its quota of %s", formatGPUs(deserved(rs)))
+			}
+			who = fmt.Sprintf("gang %s (%s; queue %s holds %s GPUs, %s)",
+				s.p.gang, priorityWords(s.p.class, s.p.priority), s.p.queue, formatGPUs(rs.Allocated), standing)
 		}
 		slices.Sort(victimQueues)
 		var above []string
 		for _, q := range victimQueues {
-			if rs := s.rules.gpuShare(q); rs != nil {
+			rs := s.rules.gpuShare(q)
+			switch {
+			case rs == nil:
+			case byQuota:
+				above = append(above, fmt.Sprintf("queue %s (%s GPUs, above its quota of %s)", q, formatGPUs(rs.Allocated), formatGPUs(rs.Quota)))
+			default:
 				above = append(above, fmt.Sprintf("queue %s (%s GPUs, fair share %s)", q, formatGPUs(rs.Allocated), formatGPUs(rs.FairShare)))
 			}
 		}

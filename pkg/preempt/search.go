@@ -31,6 +31,9 @@ type search struct {
 	// stoppedAtShare is set when a victim set was passed over because it would take
 	// a queue below its fair share, so that the error can say so.
 	stoppedAtShare bool
+	// required are victims chosen before the search (to get under a queue limit):
+	// always in the set, never pruned.
+	required []*unit
 }
 
 func newSearch(req Request, p preemptor, rules *reclaimRules, units []*unit) *search {
@@ -45,8 +48,9 @@ func newSearch(req Request, p preemptor, rules *reclaimRules, units []*unit) *se
 
 // run returns the victim set, normalized and pruned.
 func (s *search) run() ([]*unit, error) {
-	var chosen []*unit
+	chosen := slices.Clone(s.required)
 	state := s.req.View.Fork()
+	releaseAll(state, chosen, s.released)
 	maxSteps := len(s.p.pods) + 8
 	for step := 0; ; step++ {
 		placed, partial, blocked, err := s.tryGang(state)
@@ -305,7 +309,7 @@ func (s *search) exhaustive(local *localNode, remaining, chosen, greedySet []*un
 // in: the shortest prefix of all units in cost order that lets the gang fit (found by
 // bisection, since evicting more never makes room smaller), then pruned.
 func (s *search) cheapestPrefix() ([]*unit, error) {
-	var order []*unit
+	order := slices.Clone(s.required)
 	for _, u := range s.units {
 		candidate := normalize(append(slices.Clone(order), u))
 		if s.valid(nil, candidate) {
@@ -330,7 +334,7 @@ func (s *search) cheapestPrefix() ([]*unit, error) {
 		return nil, fmt.Errorf("%w: %s: evicting every running gang and elastic member it may evict (%d)%s would still not make room: %s",
 			ErrNoVictims, s.p.describe(), len(order), why, s.unschedulable)
 	}
-	lo, hi := 1, len(order)
+	lo, hi := max(1, len(s.required)), len(order)
 	for lo < hi {
 		mid := (lo + hi) / 2
 		ok, err := fitsWith(mid)
@@ -354,6 +358,9 @@ func (s *search) prune(chosen []*unit) []*unit {
 	for _, u := range byCost {
 		if len(chosen) == 1 {
 			break
+		}
+		if slices.Contains(s.required, u) {
+			continue
 		}
 		without := slices.DeleteFunc(slices.Clone(chosen), func(c *unit) bool { return c == u })
 		fork := s.req.View.Fork()

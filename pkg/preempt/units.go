@@ -31,6 +31,8 @@ type unit struct {
 	// unit uses up (the victim's queue and its ancestors below the common ancestor
 	// with the preemptor's); empty for a preemption within the queue.
 	drawsFrom []string
+	// byQuota is true for a reclaim allowed by the quota rule (see reclaimRules).
+	byQuota bool
 	// elasticAllowed is how many elastic members of the gang may go while the gang
 	// keeps its minimum.
 	elasticAllowed int
@@ -49,9 +51,15 @@ const (
 	refusedNotLower       = "in the same queue but not of lower priority"
 	refusedOtherQueue     = "in another queue, and no fair shares are known"
 	refusedNoShare        = "in a queue with no known GPU fair share"
-	refusedReclaimerFull  = "in another queue, but the gang's queue is not below its GPU fair share"
-	refusedVictimAtShare  = "in another queue that is not above its GPU fair share"
 	refusedVictimTooLarge = "in another queue that evicting them would take below its GPU fair share"
+	// The two reclaim rules' refusals, joined: "in another queue, and by quota, …, and
+	// by fair share, …".
+	refusedPastQuota         = "by quota, the gang would take its queue past its GPU quota"
+	refusedVictimWithinQuota = "by quota, that queue is not above its GPU quota"
+	refusedNotBelowShare     = "by fair share, the gang's queue is not below its GPU fair share"
+	refusedAboveShare        = "by fair share, the gang would take its queue above its GPU fair share"
+	refusedVictimAtShare     = "by fair share, that queue is not above its GPU fair share"
+	refusedSameQueueElastic  = "in the same queue (members above a gang's minimum only reclaim from other queues)"
 )
 
 // refusals counts running gangs by why they are not victims.
@@ -126,6 +134,11 @@ func gangsOf(s *model.Snapshot) (gangs []runningGang, leaving int) {
 				g.Preemptible = g.Preemptible && pod.Preemptible
 			}
 		}
+		if q := s.QueueOf(g.Queue); q != g.Queue {
+			charged := *g
+			charged.Queue = q
+			g = &charged
+		}
 		out = append(out, runningGang{gang: g, bound: pods})
 	}
 	// In map order: collectUnits sorts the units with ties broken by gang and pod.
@@ -141,7 +154,7 @@ func unitsOfGang(req Request, p preemptor, rules *reclaimRules, g runningGang, r
 			return nil
 		}
 	}
-	kind, drawsFrom, why := rules.kindFor(g.gang, p)
+	kind, verdict, why := rules.kindFor(g.gang, p)
 	if why != "" {
 		refused[why]++
 		return nil
@@ -155,7 +168,7 @@ func unitsOfGang(req Request, p preemptor, rules *reclaimRules, g runningGang, r
 	elasticAllowed := min(len(g.bound)-minimum, len(elastic))
 
 	var units []*unit
-	whole := newUnit(req, g.gang, g.bound, false, kind, drawsFrom)
+	whole := newUnit(req, g.gang, g.bound, false, kind, verdict)
 	wholeWhy := ""
 	switch {
 	case !g.gang.Preemptible || !allPreemptible(g.bound):
@@ -172,7 +185,7 @@ func unitsOfGang(req Request, p preemptor, rules *reclaimRules, g runningGang, r
 			if !pod.Preemptible || isProtected(req, pod.StartedAt) {
 				continue
 			}
-			u := newUnit(req, g.gang, []*model.Pod{pod}, true, kind, drawsFrom)
+			u := newUnit(req, g.gang, []*model.Pod{pod}, true, kind, verdict)
 			u.elasticAllowed = elasticAllowed
 			if rules.withinSurplus(u) {
 				units = append(units, u)
@@ -185,8 +198,8 @@ func unitsOfGang(req Request, p preemptor, rules *reclaimRules, g runningGang, r
 	return units
 }
 
-func newUnit(req Request, g *model.Gang, pods []*model.Pod, elastic bool, kind string, drawsFrom []string) *unit {
-	u := &unit{gang: g, pods: pods, elastic: elastic, kind: kind, priority: g.Priority, drawsFrom: drawsFrom}
+func newUnit(req Request, g *model.Gang, pods []*model.Pod, elastic bool, kind string, v queueVerdict) *unit {
+	u := &unit{gang: g, pods: pods, elastic: elastic, kind: kind, priority: g.Priority, drawsFrom: v.drawsFrom, byQuota: v.byQuota}
 	for _, pod := range pods {
 		node := req.Snapshot.Node(pod.Node)
 		gpus := boundGPUs(pod, node)

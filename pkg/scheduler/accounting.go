@@ -1,8 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
-
 	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"github.com/gantry-dev/gantry/pkg/model"
 )
@@ -34,21 +32,25 @@ func (s *Scheduler) Shares(snap *model.Snapshot) (*fairshare.Shares, error) {
 	}
 	usage := map[string]fairshare.Usage{}
 	for _, p := range snap.Pods {
-		if p.Queue == "" || p.Foreign {
+		queue := snap.QueueOf(p.Queue)
+		if queue == "" || p.Foreign {
 			continue
 		}
-		u := usage[p.Queue]
+		u := usage[queue]
 		if u.Allocated == nil {
-			u = fairshare.Usage{Allocated: fairshare.Amounts{}, Requested: fairshare.Amounts{}}
+			u = fairshare.Usage{Allocated: fairshare.Amounts{}, Requested: fairshare.Amounts{}, NonPreemptible: fairshare.Amounts{}}
 		}
 		a := boundAmounts(snap, p)
 		for r, v := range a {
 			u.Requested[r] += v
 			if p.Bound() {
 				u.Allocated[r] += v
+				if !p.Preemptible {
+					u.NonPreemptible[r] += v
+				}
 			}
 		}
-		usage[p.Queue] = u
+		usage[queue] = u
 	}
 	return fairshare.Compute(snap.Queues, capacity, usage)
 }
@@ -73,24 +75,4 @@ func podsAmounts(pods []*model.Pod) fairshare.Amounts {
 		}
 	}
 	return total
-}
-
-// withinQuota refuses non-preemptible work beyond its queue's guaranteed quota: it
-// could never be reclaimed, so it may not borrow.
-func withinQuota(shares *fairshare.Shares, queue string, amounts fairshare.Amounts) error {
-	qs := shares.Queue(queue)
-	if qs == nil {
-		return nil
-	}
-	for r, add := range amounts {
-		rs := qs.Resources[r]
-		if rs == nil || add <= 0 || rs.Quota == model.Unlimited {
-			continue
-		}
-		if rs.Allocated+add > rs.Quota+1e-9 {
-			return fmt.Errorf("queue %s would go past its %s quota (%.4g in use, %.4g more asked for) with non-preemptible work, which may not borrow: mark the work preemptible (gantry.dev/preemptible: \"true\" or a preemptible priority class such as train) or raise the queue's quota",
-				queue, r, rs.Allocated, add)
-		}
-	}
-	return nil
 }

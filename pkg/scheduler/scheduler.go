@@ -130,6 +130,7 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 	works := pendingWork(snap)
 	byQueue := map[string][]*work{}
 	var queueNames []string
+	var nominated []*work
 	for _, w := range works {
 		if skip != nil && skip(w.gang.ID) {
 			continue
@@ -148,6 +149,10 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 				continue
 			}
 		}
+		if w.nominated {
+			nominated = append(nominated, w)
+			continue
+		}
 		if _, ok := byQueue[w.gang.Queue]; !ok {
 			queueNames = append(queueNames, w.gang.Queue)
 		}
@@ -159,6 +164,16 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 	sort.Strings(queueNames)
 
 	var elastic []*work
+	// What a preemption freed is kept for the gang it was freed for: nominated gangs
+	// go before every queue, so no other gang, of any queue, takes it first.
+	for _, w := range nominated {
+		switch {
+		case len(w.core) == 0:
+			c.placeElastic(w) // members above the minimum, nominated: theirs first too
+		case c.placeGang(w):
+			elastic = append(elastic, w)
+		}
+	}
 	// Queue-fair order: after every gang, the queue furthest below its share goes next.
 	for len(queueNames) > 0 {
 		q := s.nextQueue(shares, queueNames)
@@ -230,74 +245,160 @@ func (c *cycle) mayPreempt(w *work) bool {
 		return false
 	}
 	gpu := qs.Resources[model.ResourceGPU]
-	return gpu != nil && gpu.Allocated < gpu.FairShare
+	if gpu == nil {
+		return false
+	}
+	belowQuota := gpu.Quota != model.Unlimited && gpu.Allocated < gpu.Quota
+	return gpu.Allocated < gpu.FairShare || belowQuota
 }
 
 // placeGang places w's core members, or preempts for them, or records why not.
 // It reports whether the gang's minimum is now placed.
 func (c *cycle) placeGang(w *work) bool {
-	s, snap, view, shares, plan := c.s, c.snap, c.view, c.shares, c.plan
+	s, view, shares, plan := c.s, c.view, c.shares, c.plan
 	amounts := podsAmounts(w.core)
+	var overLimit error
 	if shares != nil && w.gang.Queue != "" {
-		if err := shares.WouldExceedLimit(w.gang.Queue, amounts); err != nil {
-			plan.pend(w, PendingQueueLimit, err.Error())
-			return false
-		}
 		if !w.gang.Preemptible {
-			if err := withinQuota(shares, w.gang.Queue, amounts); err != nil {
+			if err := shares.WouldExceedQuota(w.gang.Queue, amounts); err != nil {
 				plan.pend(w, PendingQueueQuota, err.Error())
 				return false
 			}
 		}
+		overLimit = shares.WouldExceedLimit(w.gang.Queue, amounts)
 	}
-	placements, unsched := s.Placer.PlaceGang(view, w.core)
-	if unsched == nil {
-		plan.Binds = append(plan.Binds, GangBind{Gang: w.gang.ID, Placements: placements})
-		if shares != nil && w.gang.Queue != "" {
-			shares.Allocate(w.gang.Queue, amounts)
+	if overLimit == nil {
+		placements, unsched := s.Placer.PlaceGang(view, w.core)
+		if unsched == nil {
+			plan.Binds = append(plan.Binds, GangBind{Gang: w.gang.ID, Placements: placements})
+			c.allocate(w.gang, amounts)
+			return true
 		}
+		if c.reserveNominated(w, amounts) {
+			return false
+		}
+		if !c.mayPreempt(w) {
+			plan.pend(w, PendingNoFit, unsched.Message)
+			return false
+		}
+		c.preempt(w, w.core, amounts, PendingNoFit, unsched.Message, nil)
+		return false
+	}
+	// At its limit, the gang may still take the place of lower-priority work of its
+	// own queue.
+	if !c.s.Config.Preemption || !c.anyVictim || w.gang.Priority <= c.floor {
+		plan.pend(w, PendingQueueLimit, overLimit.Error())
+		return false
+	}
+	c.preempt(w, w.core, amounts, PendingQueueLimit, overLimit.Error(), c.withinLimit(w.gang.Queue, amounts))
+	return false
+}
+
+// allocate charges amounts to the gang's queue for the rest of the cycle.
+func (c *cycle) allocate(g *model.Gang, amounts fairshare.Amounts) {
+	if c.shares == nil || g.Queue == "" {
+		return
+	}
+	if g.Preemptible {
+		c.shares.Allocate(g.Queue, amounts)
+	} else {
+		c.shares.AllocateNonPreemptible(g.Queue, amounts)
+	}
+}
+
+// withinLimit says whether the queue takes amounts within its limits once the
+// victims are gone.
+func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts) func([]*model.Pod) bool {
+	return func(victims []*model.Pod) bool {
+		for _, v := range victims {
+			c.shares.Release(c.snap.QueueOf(v.Queue), boundAmounts(c.snap, v))
+		}
+		err := c.shares.WouldExceedLimit(queue, amounts)
+		for _, v := range victims {
+			c.shares.Allocate(c.snap.QueueOf(v.Queue), boundAmounts(c.snap, v))
+		}
+		return err == nil
+	}
+}
+
+// reserveNominated keeps for a nominated gang what its victims, still terminating,
+// will free: it books the gang where it fits once they are gone, so that nothing else
+// takes that room in this cycle. It reports true, with the gang left waiting, when
+// victims are still terminating on the gang's nominated nodes (evicting again while
+// they go would evict twice for one preemptor), and false when there are none.
+func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
+	leaving := terminatingOnNominatedNodes(c.snap, w.core)
+	if len(leaving) == 0 {
+		return false
+	}
+	fork := c.view.Fork()
+	for _, p := range leaving {
+		fork.Release(p)
+	}
+	placements, unsched := c.s.Placer.PlaceGang(fork, w.core)
+	if unsched != nil {
+		c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", len(leaving)))
 		return true
 	}
-	if n := terminatingOnNominatedNodes(snap, w.core); n > 0 {
-		plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", n))
-		return false
+	for _, p := range leaving {
+		c.view.Release(p)
+		if c.shares != nil && p.Queue != "" {
+			c.shares.Release(c.snap.QueueOf(p.Queue), boundAmounts(c.snap, p))
+		}
 	}
-	if !c.mayPreempt(w) {
-		plan.pend(w, PendingNoFit, unsched.Message)
-		return false
+	for i, pl := range placements {
+		c.view.Assign(w.core[i], pl)
 	}
+	c.allocate(w.gang, amounts)
+	c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate; their room is kept for this gang", len(leaving)))
+	return true
+}
+
+// preempt searches victims for pods of w (its core, or one elastic member) and
+// records the evictions and the nomination; when there are none, w is left pending
+// with kind and why. It reports whether it nominated.
+func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, kind PendingKind, why string, withinLimit func([]*model.Pod) bool) bool {
+	s, snap, view, shares, plan := c.s, c.snap, c.view, c.shares, c.plan
+	elastic := len(w.core) == 0 || pods[0].Elastic
 	if c.searches >= maxPreemptionSearches {
-		plan.pend(w, PendingNoFit, unsched.Message+"; preemption deferred to the next cycle")
+		if !elastic {
+			plan.pend(w, kind, why+"; preemption deferred to the next cycle")
+		}
 		return false
 	}
 	c.searches++
 	res, err := preempt.Find(preempt.Request{
-		Gang: w.gang, Pods: w.core, Snapshot: snap, View: view, Placer: s.Placer, Shares: shares,
+		Gang: w.gang, Pods: pods, Snapshot: snap, View: view, Placer: s.Placer, Shares: shares,
 		Now: snap.Now, MinRuntimeSeconds: s.Config.MinRuntimeSeconds,
+		ReclaimOnly: elastic, WithinLimit: withinLimit,
 	})
-	if err != nil {
-		plan.pend(w, PendingNoFit, fmt.Sprintf("%s; preemption found nothing to do: %v", unsched.Message, err))
+	if err != nil || len(res.Victims) == 0 {
+		if !elastic {
+			plan.pend(w, kind, fmt.Sprintf("%s; preemption found nothing to do: %v", why, err))
+		}
 		return false
 	}
 	for _, v := range res.Victims {
 		view.Release(v)
 		if shares != nil && v.Queue != "" {
-			shares.Release(v.Queue, boundAmounts(snap, v))
+			shares.Release(snap.QueueOf(v.Queue), boundAmounts(snap, v))
 		}
 		plan.Evictions = append(plan.Evictions, Eviction{Pod: v.ID, Gang: v.Gang, Preemptor: w.gang.ID, Kind: res.Kind, Reason: res.Reason})
 	}
 	// The freed space is the preemptor's: book it so that nothing else takes it in
 	// this cycle, and nominate it so that later cycles keep it.
 	for i, pl := range res.Placements {
-		view.Assign(w.core[i], pl)
+		view.Assign(pods[i], pl)
 	}
-	if shares != nil && w.gang.Queue != "" {
-		shares.Allocate(w.gang.Queue, amounts)
-	}
-	plan.Nominations = append(plan.Nominations, GangBind{Gang: w.gang.ID, Placements: res.Placements})
-	return false
+	c.allocate(w.gang, amounts)
+	plan.Nominations = append(plan.Nominations, GangBind{Gang: w.gang.ID, Placements: res.Placements, Elastic: elastic})
+	return true
 }
 
+// placeElastic offers w's members above its minimum the room left, one at a time,
+// never past a queue limit. A member that does not fit may reclaim from other queues
+// while its queue stays within its quota: members above a minimum count toward the
+// guarantee too.
 func (c *cycle) placeElastic(w *work) {
 	s, view, shares, plan := c.s, c.view, c.shares, c.plan
 	var placed []placement.Placement
@@ -308,17 +409,37 @@ func (c *cycle) placeElastic(w *work) {
 		}
 		pl, unsched := s.Placer.PlacePod(view, p)
 		if unsched != nil {
+			if len(terminatingOnNominatedNodes(c.snap, []*model.Pod{p})) > 0 {
+				break // its victims are still going
+			}
+			if c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.anyVictim {
+				c.preempt(w, []*model.Pod{p}, amounts, PendingNoFit, unsched.Message, nil)
+			}
 			break
 		}
 		view.Assign(p, pl)
-		if shares != nil && w.gang.Queue != "" {
-			shares.Allocate(w.gang.Queue, amounts)
-		}
+		c.allocate(w.gang, amounts)
 		placed = append(placed, pl)
 	}
 	if len(placed) > 0 {
 		plan.Binds = append(plan.Binds, GangBind{Gang: w.gang.ID, Placements: placed, Elastic: true})
 	}
+}
+
+// withinQuota reports whether the queue holds less GPU than its quota, and would hold
+// no more than it with amounts added (a quota of -1 never qualifies here: such a queue
+// reclaims by fair share).
+func (c *cycle) withinQuota(queue string, amounts fairshare.Amounts) bool {
+	if c.shares == nil || queue == "" {
+		return false
+	}
+	qs := c.shares.Queue(queue)
+	if qs == nil {
+		return false
+	}
+	gpu := qs.Resources[model.ResourceGPU]
+	add := amounts[model.ResourceGPU]
+	return gpu != nil && add > 0 && gpu.Quota != model.Unlimited && gpu.Allocated+add <= gpu.Quota+1e-9
 }
 
 func (s *Scheduler) nextQueue(shares *fairshare.Shares, names []string) string {
@@ -400,6 +521,11 @@ func pendingWork(snap *model.Snapshot) []*work {
 			}
 			need = len(pending)
 		}
+		if q := snap.QueueOf(g.Queue); q != g.Queue {
+			charged := *g
+			charged.Queue = q
+			g = &charged
+		}
 		w := &work{gang: g, core: pending[:need], extra: pending[need:]}
 		for _, p := range pending {
 			if p.NominatedNode != "" {
@@ -433,10 +559,10 @@ func before(a, b *work) bool {
 	return a.gang.ID < b.gang.ID
 }
 
-// terminatingOnNominatedNodes counts the pods still terminating on the nodes that
+// terminatingOnNominatedNodes lists the pods still terminating on the nodes that
 // pods were nominated to: victims of an earlier preemption that have not gone yet.
 // Evicting again while they terminate would evict twice for one preemptor.
-func terminatingOnNominatedNodes(snap *model.Snapshot, pods []*model.Pod) int {
+func terminatingOnNominatedNodes(snap *model.Snapshot, pods []*model.Pod) []*model.Pod {
 	nodes := map[string]bool{}
 	for _, p := range pods {
 		if p.NominatedNode != "" {
@@ -444,15 +570,16 @@ func terminatingOnNominatedNodes(snap *model.Snapshot, pods []*model.Pod) int {
 		}
 	}
 	if len(nodes) == 0 {
-		return 0
+		return nil
 	}
-	n := 0
+	var out []*model.Pod
 	for _, p := range snap.Pods {
 		if p.Terminating && nodes[p.Node] {
-			n++
+			out = append(out, p)
 		}
 	}
-	return n
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 func remove(names []string, name string) []string {
