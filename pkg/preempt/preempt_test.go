@@ -396,7 +396,7 @@ func TestFind(t *testing.T) {
 				inQueue(withStart(lone("team-c/c2", 50, whole(3)), 3600), "team-c"),
 				inQueue(withStart(lone("team-c/c3", 50, whole(4)), 5400), "team-c"),
 			},
-			pending:     gangSpec{id: "team-a/train", queue: "team-a", priority: 50, pods: []podSpec{{name: "0", demand: wholeGPUs(1)}}},
+			pending: gangSpec{id: "team-a/train", queue: "team-a", priority: 50, pods: []podSpec{{name: "0", demand: wholeGPUs(1)}}},
 			// Quota is guaranteed: team-b holds 2 GPUs on a quota of 0, so team-a, within
 			// its quota, takes from its sibling first (the cheaper victim by name).
 			wantVictims: []string{"team-b/b1-0"},
