@@ -78,6 +78,19 @@ func TestComputeFairShares(t *testing.T) {
 			},
 		},
 		{
+			name: "a quota of -1 with a finite limit: all its demand, up to the limit (KAI's meaning)",
+			queues: tree(
+				queue("team-a", "", 100, map[model.ResourceName]model.QueueResource{gpu: bound(2, -1, 1), cpu: bound(-1, 3000, 1)}),
+				queue("team-b", "", 100, map[model.ResourceName]model.QueueResource{gpu: bound(2, -1, 1), cpu: bound(-1, -1, 1)}),
+			),
+			capacity: Amounts{gpu: 4, cpu: 8000},
+			usage: map[string]Usage{
+				"team-a": requested(Amounts{cpu: 6000}),
+				"team-b": requested(Amounts{cpu: 2000}),
+			},
+			want: map[string]Amounts{"team-a": {cpu: 3000}, "team-b": {cpu: 2000}},
+		},
+		{
 			name: "borrowing: team-a uses team-b's idle quota",
 			queues: tree(
 				queue("team-a", "", 100, gpuOnly(4, -1, 1)),
@@ -407,11 +420,14 @@ func TestValidate(t *testing.T) {
 			wantMessages: []string{`queue team-a: NVIDIA H100 80GB HBM3 GPU limit 2 is below its quota 4: raise spec.resources.gpuModels[model="NVIDIA H100 80GB HBM3"].limit to at least 4`},
 		},
 		{
-			name: "unlimited quota with a finite limit",
+			// KAI's own fixtures write this pair for cpu and memory; KAI reads a quota of
+			// -1 as "entitled to all its demand", capped by the limit.
+			name: "unlimited quota with a finite limit is valid, as in KAI",
 			queues: tree(queue("team-a", "", 100, map[model.ResourceName]model.QueueResource{
-				gpu: bound(-1, 8, 1),
+				gpu:    bound(-1, 8, 1),
+				cpu:    bound(-1, 4000, 1),
+				memory: bound(-1, 8e9, 1),
 			})),
-			wantMessages: []string{"queue team-a: GPU quota is -1 (unlimited) but limit is 8: set spec.resources.gpu.limit to -1, or set the quota to at most 8"},
 		},
 		{
 			name: "negative overQuotaWeight",

@@ -182,8 +182,8 @@ func resourceProblems(name string, q *model.Queue) []Problem {
 			continue
 		}
 		if b.Quota == model.Unlimited {
-			add("limit", "quota is -1 (unlimited) but limit is %s: set %s.limit to -1, or set the quota to at most %s",
-				amount(r, b.Limit), field, amount(r, b.Limit))
+			// As in KAI Scheduler (whose own fixtures pair them for cpu and memory): the
+			// queue is entitled to all its demand, and the limit caps that demand.
 			continue
 		}
 		if b.Limit < b.Quota {
