@@ -154,9 +154,10 @@ func TestQueueSchemaRejectsBadInputWithAMessageThatSaysWhatToChange(t *testing.T
 			wantErr:  "spec.resources.cpu: Invalid value: limit is below quota: raise limit to at least quota, lower quota, or set limit to -1 (no limit)",
 		},
 		{
-			name:     "unlimited quota with a finite limit",
-			manifest: queue("team-a", "  resources:\n    gpu: {quota: -1, limit: 8}\n"),
-			wantErr:  "spec.resources.gpu: Invalid value: quota is -1 (unlimited) but limit is finite: set limit to -1, or set quota to at most limit",
+			// As KAI writes it (its own fixtures pair these for cpu and memory): all its
+			// demand, capped by the limit.
+			name:     "unlimited quota with a finite limit, as KAI accepts it",
+			manifest: queue("team-a", "  resources:\n    gpu: {quota: -1, limit: 8}\n    cpu: {quota: -1, limit: 4000}\n    memory: {quota: -1, limit: 8000}\n"),
 		},
 		{
 			name:     "per-model limit below quota",

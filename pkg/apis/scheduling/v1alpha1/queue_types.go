@@ -104,7 +104,6 @@ type QueueResources struct {
 // +kubebuilder:validation:XValidation:rule="self.quota == -1.0 || self.quota >= 0.0",message="quota must be -1 (unlimited), 0 (nothing guaranteed) or a positive amount: change quota"
 // +kubebuilder:validation:XValidation:rule="self.limit == -1.0 || self.limit >= 0.0",message="limit must be -1 (no limit), 0 or a positive amount: change limit"
 // +kubebuilder:validation:XValidation:rule="self.overQuotaWeight >= 0.0",message="overQuotaWeight must be 0 (no share of spare capacity) or more: change overQuotaWeight"
-// +kubebuilder:validation:XValidation:rule="self.limit == -1.0 || self.quota != -1.0",message="quota is -1 (unlimited) but limit is finite: set limit to -1, or set quota to at most limit"
 // +kubebuilder:validation:XValidation:rule="self.limit < 0.0 || self.quota < 0.0 || self.limit >= self.quota",message="limit is below quota: raise limit to at least quota, lower quota, or set limit to -1 (no limit)"
 type QueueResource struct {
 	// Quota is guaranteed to the queue whenever it has work that needs it: 0 guarantees
