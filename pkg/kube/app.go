@@ -64,6 +64,7 @@ func Run(ctx context.Context, o Options) error {
 
 	lookup := NewObjectLookup()
 	cache := NewCache(o.SchedulerNames, lookup)
+	cache.snap.DefaultQueue = o.Config.DefaultQueueName()
 	inf, err := NewInformers(client, dyn, cache, lookup)
 	if err != nil {
 		return fmt.Errorf("informers: %w", err)

@@ -26,6 +26,19 @@ type Config struct {
 	EvictionBurst int     `json:"evictionBurst,omitempty"`
 	// BindWorkers is how many bindings are in flight at once (default 64).
 	BindWorkers int `json:"bindWorkers,omitempty"`
+	// DefaultQueue is the queue that pods with no queue label are charged to, so that
+	// its quota and limit apply to them (default "default", the queue the chart
+	// creates, as in KAI Scheduler). While no such queue exists they are charged
+	// nowhere.
+	DefaultQueue string `json:"defaultQueue,omitempty"`
+}
+
+// DefaultQueueName is DefaultQueue with its default.
+func (c Config) DefaultQueueName() string {
+	if c.DefaultQueue == "" {
+		return "default"
+	}
+	return c.DefaultQueue
 }
 
 // Duration is a time.Duration written as "30s" or "5m".
@@ -67,7 +80,7 @@ func LoadConfig(path string) (Config, error) {
 		err = errors.Join(strictErrs...)
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers)", path, err)
+		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers, defaultQueue)", path, err)
 	}
 	return cfg, nil
 }
