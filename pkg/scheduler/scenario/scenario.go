@@ -11,6 +11,7 @@ package scenario
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
@@ -65,8 +66,10 @@ type Node struct {
 	// Model defaults to "NVIDIA-H100"; GPUMemory to 80 GiB.
 	Model     string
 	GPUMemory int64
-	// CPU (millicores) and Memory (bytes) default to 64 cores and 512 GiB.
-	CPU, Memory int64
+	// CPU (millicores) and Memory (bytes) default to 64 cores and 512 GiB; Pods (the
+	// most pods the node takes) to 110.
+	CPU, Memory, Pods int64
+	Labels            map[string]string
 }
 
 // Queue is a queue with its GPU bounds; CPU and memory are unbounded (quota and limit
@@ -95,8 +98,10 @@ type Gang struct {
 	Queue string
 	// Priority defaults to 0.
 	Priority int32
-	// NonPreemptible marks the gang (and its pods) as not preemptible.
-	NonPreemptible bool
+	// NonPreemptible marks the gang (and its pods) as not preemptible;
+	// NonPreemptiblePods marks single pods, by index.
+	NonPreemptible     bool
+	NonPreemptiblePods []int
 	// Pods is how many members exist (1 when zero); Min how many must start together
 	// (Pods when zero). Members past Min are elastic.
 	Pods, Min int
@@ -104,6 +109,11 @@ type Gang struct {
 	// 1 GiB) per pod.
 	GPUs        int
 	CPU, Memory int64
+	// BestEffort pods request no CPU or memory (they still take a pod slot).
+	BestEffort bool
+	// NodeSelector applies to every pod; PodNodeSelectors, by index, replace it.
+	NodeSelector     map[string]string
+	PodNodeSelectors map[int]map[string]string
 	// On is the node a running gang's pods are bound to; OnNodes gives one node per
 	// bound pod instead. Empty for a pending gang.
 	On      string
@@ -158,7 +168,8 @@ func Build(sc Scenario) (*model.Snapshot, error) {
 func newNode(n Node) *model.Node {
 	out := &model.Node{
 		Name:        n.Name,
-		Allocatable: model.Resources{MilliCPU: or(n.CPU, 64000), MemoryBytes: or(n.Memory, 512*GiB), Pods: 110},
+		Labels:      n.Labels,
+		Allocatable: model.Resources{MilliCPU: or(n.CPU, 64000), MemoryBytes: or(n.Memory, 512*GiB), Pods: or(n.Pods, 110)},
 	}
 	gpuModel := n.Model
 	if gpuModel == "" {
@@ -223,10 +234,20 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 		p := &model.Pod{
 			ID: PodID(g.Name, i), UID: fmt.Sprintf("uid-%s-%d", g.Name, i), Gang: id,
 			Queue: g.Queue, Priority: g.Priority, Preemptible: !g.NonPreemptible,
-			Requests:  model.Resources{MilliCPU: or(g.CPU, 1000), MemoryBytes: or(g.Memory, GiB), Pods: 1},
-			GPU:       model.GPUDemand{Count: g.GPUs},
-			Elastic:   i >= minMember,
-			CreatedAt: createdAt,
+			Requests:     model.Resources{MilliCPU: or(g.CPU, 1000), MemoryBytes: or(g.Memory, GiB), Pods: 1},
+			GPU:          model.GPUDemand{Count: g.GPUs},
+			Elastic:      i >= minMember,
+			CreatedAt:    createdAt,
+			NodeSelector: g.NodeSelector,
+		}
+		if g.BestEffort {
+			p.Requests = model.Resources{Pods: 1}
+		}
+		if sel, ok := g.PodNodeSelectors[i]; ok {
+			p.NodeSelector = sel
+		}
+		if slices.Contains(g.NonPreemptiblePods, i) {
+			p.Preemptible = false
 		}
 		if i < bound {
 			nodeName := g.On
