@@ -112,16 +112,15 @@ func (e *QuotaError) Error() string {
 // the quota of the leaf queue and of every ancestor, counting only what
 // non-preemptible work holds there (preemptible work is a preemption candidate, never
 // a reason to refuse), and a *QuotaError naming the first quota passed otherwise. A
-// quota of -1 sets no bound, as in KAI Scheduler.
+// quota of -1 sets no bound, as in KAI Scheduler, nor does a resource the queue's spec
+// leaves out.
 func (s *Shares) WouldExceedQuota(queue string, addition Amounts) error {
 	for _, qs := range s.pathUp(queue) {
 		for _, r := range s.resources {
 			add := addition[r]
 			rs := qs.Resources[r]
-			if add <= 0 || rs == nil || rs.Quota == model.Unlimited {
-				continue
-			}
-			if _, isModel := gpuModelOf(r); isModel && !rs.Declared {
+			// A resource the queue does not declare sets no quota for it here.
+			if add <= 0 || rs == nil || !rs.Declared || rs.Quota == model.Unlimited {
 				continue
 			}
 			if rs.AllocatedNonPreemptible+add > rs.Quota+epsilon {
