@@ -18,7 +18,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/placement"
-	"github.com/gantry-dev/gantry/pkg/preempt"
 )
 
 // Config tunes a cycle.
@@ -127,41 +126,7 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan}
 	c.floor, c.anyVictim = preemptibleFloor(snap)
 
-	works := pendingWork(snap)
-	byQueue := map[string][]*work{}
-	var queueNames []string
-	var nominated []*work
-	for _, w := range works {
-		if skip != nil && skip(w.gang.ID) {
-			continue
-		}
-		if w.gang.Missing != "" {
-			plan.pend(w, PendingIncomplete, w.gang.Missing)
-			continue
-		}
-		if q := w.gang.Queue; q != "" && len(snap.Queues) > 0 {
-			if err := fairshare.ValidatePodQueue(snap.Queues, q); err != nil {
-				plan.pend(w, PendingQueueInvalid, err.Error())
-				continue
-			}
-			if queueErr != nil && shares.Queue(q) == nil {
-				plan.pend(w, PendingQueueInvalid, fmt.Sprintf("queue %s is not usable: %v", q, queueErr))
-				continue
-			}
-		}
-		if w.nominated {
-			nominated = append(nominated, w)
-			continue
-		}
-		if _, ok := byQueue[w.gang.Queue]; !ok {
-			queueNames = append(queueNames, w.gang.Queue)
-		}
-		byQueue[w.gang.Queue] = append(byQueue[w.gang.Queue], w)
-	}
-	for _, ws := range byQueue {
-		sort.SliceStable(ws, func(i, j int) bool { return before(ws[i], ws[j]) })
-	}
-	sort.Strings(queueNames)
+	nominated, byQueue, queueNames := c.admit(skip, queueErr)
 
 	var elastic []*work
 	// What a preemption freed is kept for the gang it was freed for: nominated gangs
@@ -198,6 +163,46 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 	return plan
 }
 
+// admit sorts the snapshot's pending work for the cycle: gangs that must wait whatever
+// happens (missing pods, an unusable queue) are reported, nominated gangs are set apart,
+// and the rest grouped by queue, each queue's in the order of before.
+func (c *cycle) admit(skip func(model.GangID) bool, queueErr error) (nominated []*work, byQueue map[string][]*work, queueNames []string) {
+	snap, shares, plan := c.snap, c.shares, c.plan
+	byQueue = map[string][]*work{}
+	for _, w := range pendingWork(snap) {
+		if skip != nil && skip(w.gang.ID) {
+			continue
+		}
+		if w.gang.Missing != "" {
+			plan.pend(w, PendingIncomplete, w.gang.Missing)
+			continue
+		}
+		if q := w.gang.Queue; q != "" && len(snap.Queues) > 0 {
+			if err := fairshare.ValidatePodQueue(snap.Queues, q); err != nil {
+				plan.pend(w, PendingQueueInvalid, err.Error())
+				continue
+			}
+			if queueErr != nil && shares.Queue(q) == nil {
+				plan.pend(w, PendingQueueInvalid, fmt.Sprintf("queue %s is not usable: %v", q, queueErr))
+				continue
+			}
+		}
+		if w.nominated {
+			nominated = append(nominated, w)
+			continue
+		}
+		if _, ok := byQueue[w.gang.Queue]; !ok {
+			queueNames = append(queueNames, w.gang.Queue)
+		}
+		byQueue[w.gang.Queue] = append(byQueue[w.gang.Queue], w)
+	}
+	for _, ws := range byQueue {
+		sort.SliceStable(ws, func(i, j int) bool { return before(ws[i], ws[j]) })
+	}
+	sort.Strings(queueNames)
+	return nominated, byQueue, queueNames
+}
+
 // cycle is the state of one Schedule call.
 type cycle struct {
 	s      *Scheduler
@@ -210,46 +215,6 @@ type cycle struct {
 	floor     int32
 	anyVictim bool
 	searches  int
-}
-
-// preemptibleFloor finds the lowest priority among pods that preemption may evict.
-func preemptibleFloor(snap *model.Snapshot) (int32, bool) {
-	var floor int32
-	found := false
-	for _, p := range snap.Pods {
-		if !p.Bound() || !p.Preemptible || p.Foreign || p.Terminating {
-			continue
-		}
-		if !found || p.Priority < floor {
-			floor, found = p.Priority, true
-		}
-	}
-	return floor, found
-}
-
-// mayPreempt says whether a victim search for w can possibly succeed: some pod is
-// evictable, and either w outranks the lowest of them (preempt) or its queue is below
-// its fair share of GPUs (reclaim).
-func (c *cycle) mayPreempt(w *work) bool {
-	if !c.s.Config.Preemption || !c.anyVictim {
-		return false
-	}
-	if w.gang.Priority > c.floor {
-		return true
-	}
-	if c.shares == nil || w.gang.Queue == "" {
-		return false
-	}
-	qs := c.shares.Queue(w.gang.Queue)
-	if qs == nil {
-		return false
-	}
-	gpu := qs.Resources[model.ResourceGPU]
-	if gpu == nil {
-		return false
-	}
-	belowQuota := gpu.Quota != model.Unlimited && gpu.Allocated < gpu.Quota
-	return gpu.Allocated < gpu.FairShare || belowQuota
 }
 
 // placeGang places w's core members, or preempts for them, or records why not.
@@ -306,95 +271,6 @@ func (c *cycle) allocate(g *model.Gang, amounts fairshare.Amounts) {
 	}
 }
 
-// withinLimit says whether the queue takes amounts within its limits once the
-// victims are gone.
-func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts) func([]*model.Pod) bool {
-	return func(victims []*model.Pod) bool {
-		for _, v := range victims {
-			c.shares.Release(c.snap.QueueOf(v.Queue), boundAmounts(c.snap, v))
-		}
-		err := c.shares.WouldExceedLimit(queue, amounts)
-		for _, v := range victims {
-			c.shares.Allocate(c.snap.QueueOf(v.Queue), boundAmounts(c.snap, v))
-		}
-		return err == nil
-	}
-}
-
-// reserveNominated keeps for a nominated gang what its victims, still terminating,
-// will free: it books the gang where it fits once they are gone, so that nothing else
-// takes that room in this cycle. It reports true, with the gang left waiting, when
-// victims are still terminating on the gang's nominated nodes (evicting again while
-// they go would evict twice for one preemptor), and false when there are none.
-func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
-	leaving := terminatingOnNominatedNodes(c.snap, w.core)
-	if len(leaving) == 0 {
-		return false
-	}
-	fork := c.view.Fork()
-	for _, p := range leaving {
-		fork.Release(p)
-	}
-	placements, unsched := c.s.Placer.PlaceGang(fork, w.core)
-	if unsched != nil {
-		c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", len(leaving)))
-		return true
-	}
-	for _, p := range leaving {
-		c.view.Release(p)
-		if c.shares != nil && p.Queue != "" {
-			c.shares.Release(c.snap.QueueOf(p.Queue), boundAmounts(c.snap, p))
-		}
-	}
-	for i, pl := range placements {
-		c.view.Assign(w.core[i], pl)
-	}
-	c.allocate(w.gang, amounts)
-	c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate; their room is kept for this gang", len(leaving)))
-	return true
-}
-
-// preempt searches victims for pods of w (its core, or one elastic member) and
-// records the evictions and the nomination; when there are none, w is left pending
-// with kind and why. It reports whether it nominated.
-func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, kind PendingKind, why string, withinLimit func([]*model.Pod) bool) bool {
-	s, snap, view, shares, plan := c.s, c.snap, c.view, c.shares, c.plan
-	elastic := len(w.core) == 0 || pods[0].Elastic
-	if c.searches >= maxPreemptionSearches {
-		if !elastic {
-			plan.pend(w, kind, why+"; preemption deferred to the next cycle")
-		}
-		return false
-	}
-	c.searches++
-	res, err := preempt.Find(preempt.Request{
-		Gang: w.gang, Pods: pods, Snapshot: snap, View: view, Placer: s.Placer, Shares: shares,
-		Now: snap.Now, MinRuntimeSeconds: s.Config.MinRuntimeSeconds,
-		ReclaimOnly: elastic, WithinLimit: withinLimit,
-	})
-	if err != nil || len(res.Victims) == 0 {
-		if !elastic {
-			plan.pend(w, kind, fmt.Sprintf("%s; preemption found nothing to do: %v", why, err))
-		}
-		return false
-	}
-	for _, v := range res.Victims {
-		view.Release(v)
-		if shares != nil && v.Queue != "" {
-			shares.Release(snap.QueueOf(v.Queue), boundAmounts(snap, v))
-		}
-		plan.Evictions = append(plan.Evictions, Eviction{Pod: v.ID, Gang: v.Gang, Preemptor: w.gang.ID, Kind: res.Kind, Reason: res.Reason})
-	}
-	// The freed space is the preemptor's: book it so that nothing else takes it in
-	// this cycle, and nominate it so that later cycles keep it.
-	for i, pl := range res.Placements {
-		view.Assign(pods[i], pl)
-	}
-	c.allocate(w.gang, amounts)
-	plan.Nominations = append(plan.Nominations, GangBind{Gang: w.gang.ID, Placements: res.Placements, Elastic: elastic})
-	return true
-}
-
 // placeElastic offers w's members above its minimum the room left, one at a time,
 // never past a queue limit. A member that does not fit may reclaim from other queues
 // while its queue stays within its quota: members above a minimum count toward the
@@ -424,22 +300,6 @@ func (c *cycle) placeElastic(w *work) {
 	if len(placed) > 0 {
 		plan.Binds = append(plan.Binds, GangBind{Gang: w.gang.ID, Placements: placed, Elastic: true})
 	}
-}
-
-// withinQuota reports whether the queue holds less GPU than its quota, and would hold
-// no more than it with amounts added (a quota of -1 never qualifies here: such a queue
-// reclaims by fair share).
-func (c *cycle) withinQuota(queue string, amounts fairshare.Amounts) bool {
-	if c.shares == nil || queue == "" {
-		return false
-	}
-	qs := c.shares.Queue(queue)
-	if qs == nil {
-		return false
-	}
-	gpu := qs.Resources[model.ResourceGPU]
-	add := amounts[model.ResourceGPU]
-	return gpu != nil && add > 0 && gpu.Quota != model.Unlimited && gpu.Allocated+add <= gpu.Quota+1e-9
 }
 
 func (s *Scheduler) nextQueue(shares *fairshare.Shares, names []string) string {
@@ -557,29 +417,6 @@ func before(a, b *work) bool {
 		return a.gang.CreatedAt < b.gang.CreatedAt
 	}
 	return a.gang.ID < b.gang.ID
-}
-
-// terminatingOnNominatedNodes lists the pods still terminating on the nodes that
-// pods were nominated to: victims of an earlier preemption that have not gone yet.
-// Evicting again while they terminate would evict twice for one preemptor.
-func terminatingOnNominatedNodes(snap *model.Snapshot, pods []*model.Pod) []*model.Pod {
-	nodes := map[string]bool{}
-	for _, p := range pods {
-		if p.NominatedNode != "" {
-			nodes[p.NominatedNode] = true
-		}
-	}
-	if len(nodes) == 0 {
-		return nil
-	}
-	var out []*model.Pod
-	for _, p := range snap.Pods {
-		if p.Terminating && nodes[p.Node] {
-			out = append(out, p)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
 }
 
 func remove(names []string, name string) []string {
