@@ -146,8 +146,9 @@ func TestRayClusterWithSelectorClaims(t *testing.T) {
 	createSharedNodes(t, "", h100, l4)
 	publishGPUs(t, h100.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
 	publishGPUs(t, l4.Name, 2, "NVIDIA L4", 24<<30)
-	// The example expects the chart's queue "default".
-	defaultQueue := "apiVersion: scheduling.gantry.dev/v1alpha1\nkind: Queue\nmetadata:\n  name: default\nspec:\n  resources:\n    gpu:\n      quota: 0\n      limit: -1\n"
+	// The example expects the chart's queue "default", unlimited as KAI's default
+	// queue is. Pods with no queue label are charged to it from now on, in every test.
+	defaultQueue := "apiVersion: scheduling.gantry.dev/v1alpha1\nkind: Queue\nmetadata:\n  name: default\nspec:\n  resources:\n    gpu:\n      quota: -1\n      limit: -1\n"
 	if _, err := testenv.Apply(ctx, env.Config, "", []byte(defaultQueue)); err != nil {
 		t.Fatal(err)
 	}
