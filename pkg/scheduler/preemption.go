@@ -30,7 +30,7 @@ func preemptibleFloor(snap *model.Snapshot) (int32, bool) {
 
 // mayPreempt says whether a victim search for w can possibly succeed: some pod is
 // evictable, and either w outranks the lowest of them (preempt) or its queue is below
-// its fair share of GPUs (reclaim).
+// its fair share or its quota of GPUs (reclaim).
 func (c *cycle) mayPreempt(w *work) bool {
 	if !c.s.Config.Preemption || !c.anyVictim {
 		return false
