@@ -34,8 +34,9 @@ var policies = []struct {
 
 // policy ranks the nodes that can take a pod.
 type policy interface {
-	// compile prepares the workload mix the policy scores against.
-	compile(shapes []Shape) workload
+	// compile prepares the workload mix the policy scores against; scarcity, when
+	// not nil, weighs each shape further (see Placer.adaptTo).
+	compile(shapes []Shape, scarcity []float64) workload
 	// rank scores node n, which can take the pod (lower is better), and says which
 	// GPU a single share would take there (-1 when bindGPUs decides).
 	rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (rank, int)
@@ -67,10 +68,13 @@ type Placer struct {
 	policyName string
 	policy     policy
 	workload   workload
-	// shapes is the mix as set; workload is compiled from it, weighted by scarcity
-	// for the snapshot scarcityOf.
+	// shapes is the mix as set or learned; workload is compiled from it, weighted
+	// by scarcity for the snapshot scarcityOf, unless stale.
 	shapes     []Shape
 	scarcityOf *model.Snapshot
+	stale      bool
+	// learner, when not nil, learns shapes from the pods that arrive (NewOnline).
+	learner *mixLearner
 	// generation changes with the workload; cached scores of another generation
 	// are stale.
 	generation uint64
@@ -151,18 +155,23 @@ func New(policyName string) (*Placer, error) {
 // Policy returns the policy's name.
 func (p *Placer) Policy() string { return p.policyName }
 
-// SetWorkload sets the observed mix of pod shapes that fragmentation is measured
-// against (ShapesOf makes one from pods). An empty mix restores DefaultWorkload.
-// The default policy further weighs each shape by how few nodes of the cluster it
-// fits, once per snapshot it places on.
+// SetWorkload fixes the mix of pod shapes that fragmentation is measured against
+// (ShapesOf makes one from pods), and stops learning it. An empty mix restores
+// DefaultWorkload. The default policy further weighs each shape by how few nodes of
+// the cluster it fits, once per snapshot it places on. The scheduler does not call
+// it: it learns the mix (NewOnline); a fixed mix is for tests and research.
 func (p *Placer) SetWorkload(shapes []Shape) {
 	if len(shapes) == 0 {
 		shapes = DefaultWorkload()
 	}
-	p.shapes = append([]Shape(nil), shapes...)
-	p.scarcityOf = nil
-	p.workload = p.policy.compile(shapes)
-	p.generation++
+	p.learner = nil
+	p.setShapes(append([]Shape(nil), shapes...))
+}
+
+// setShapes replaces the mix; it is compiled before the next placement.
+func (p *Placer) setShapes(shapes []Shape) {
+	p.shapes = shapes
+	p.stale = true
 }
 
 // podQuery is a pod prepared for placement.
@@ -448,16 +457,25 @@ func bindGPUs(n *model.Node, d model.GPUDemand, sharePos int) []model.GPUBinding
 // rare shape that fits one node in a thousand cannot outweigh the rest of the mix.
 const maxScarcity = 10
 
-// adaptTo weighs the mix, once per snapshot, by the scarcity of the nodes each
-// shape fits: a shape that fits only a tenth of the cluster's GPUs (large memory, a
-// rare model) weighs ten times more, because breaking up one of the few nodes that
-// can take it costs more than breaking up one of many. A shape that fits no node,
-// even empty, weighs nothing: no placement can help it.
+// adaptTo compiles the mix when it changed and, for the default policy, once per
+// snapshot, weighs it by the scarcity of the nodes each shape fits: a shape that
+// fits only a tenth of the cluster's GPUs (large memory, a rare model) weighs ten
+// times more, because breaking up one of the few nodes that can take it costs more
+// than breaking up one of many. A shape that fits no node, even empty, weighs
+// nothing: no placement can help it.
 func (p *Placer) adaptTo(v *View) {
-	if !p.policy.weighsScarcity() || p.scarcityOf == v.snapshot {
+	if !p.policy.weighsScarcity() {
+		if p.stale {
+			p.workload = p.policy.compile(p.shapes, nil)
+			p.stale = false
+			p.generation++
+		}
 		return
 	}
-	p.scarcityOf = v.snapshot
+	if !p.stale && p.scarcityOf == v.snapshot {
+		return
+	}
+	p.scarcityOf, p.stale = v.snapshot, false
 	// Nodes that are alike when empty are checked once.
 	type nodeKind struct {
 		node *model.Node
@@ -486,9 +504,9 @@ func (p *Placer) adaptTo(v *View) {
 		kinds[key] = &nodeKind{node: empty, gpus: len(n.GPUs)}
 		order = append(order, key)
 	}
-	weighed := make([]Shape, len(p.shapes))
+	scarcity := make([]float64, len(p.shapes))
 	for i, s := range p.shapes {
-		weighed[i] = s
+		scarcity[i] = 1
 		if s.GPU.Count == 0 || totalGPUs == 0 {
 			continue
 		}
@@ -500,11 +518,11 @@ func (p *Placer) adaptTo(v *View) {
 			}
 		}
 		if fitGPUs == 0 {
-			weighed[i].Weight = 0
+			scarcity[i] = 0
 			continue
 		}
-		weighed[i].Weight *= min(float64(totalGPUs)/float64(fitGPUs), maxScarcity)
+		scarcity[i] = min(float64(totalGPUs)/float64(fitGPUs), maxScarcity)
 	}
-	p.workload = p.policy.compile(weighed)
+	p.workload = p.policy.compile(p.shapes, scarcity)
 	p.generation++
 }
