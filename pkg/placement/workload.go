@@ -155,10 +155,12 @@ func compileWorkload(shapes []Shape, scarcity []float64, keepCPUOnly bool, stran
 		g.weight += s.scarce / total
 		g.members = append(g.members, shapeMember{s.Requests.MilliCPU, s.Requests.MemoryBytes, s.scarce / total})
 	}
+	// A shape that requests no CPU and no memory says nothing of the mix's appetite
+	// (DefaultWorkload's shapes, the learner's prior, request none).
 	var cpu, mem, milli float64
 	for _, s := range kept {
 		m := demandMilliOf(s.GPU)
-		if m == 0 || s.scarce == 0 {
+		if m == 0 || s.scarce == 0 || s.Requests.MilliCPU == 0 && s.Requests.MemoryBytes == 0 {
 			continue
 		}
 		cpu += s.Weight * float64(s.Requests.MilliCPU)
