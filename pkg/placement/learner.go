@@ -29,11 +29,12 @@ const (
 	// mixPriorWeight is what DefaultWorkload weighs, in pods, before anything has
 	// arrived; it decays like any arrival, so a few hundred pods outweigh it.
 	mixPriorWeight = 8
-	// mixRefreshFraction is how much of the mix's weight must have arrived since the
-	// mix was last compiled before it is compiled again. Scores change little with
-	// a mix that moved this little, and each compilation makes every node's cached
-	// score stale.
-	mixRefreshFraction = 0.05
+	// mixRefreshArrivals is how many arrivals the mix is recompiled after, at most:
+	// 256 arrivals move a mix that remembers 5,900 pods by at most 4 %, which
+	// changes scores little, and each compilation makes every node's cached score
+	// stale (5 ms at 5,000 nodes). Until then the mix is recompiled each time the
+	// arrivals have doubled (after 1, 2, 4, ... pods), when each one changes more.
+	mixRefreshArrivals = 256
 )
 
 // mixLearner is a decayed count of arrivals by shape.
@@ -46,9 +47,9 @@ type mixLearner struct {
 	index        map[shapeKey]int
 	shapes       []Shape
 	total        float64
-	// sinceCompiled is the weight of arrivals since the mix was last handed out.
-	sinceCompiled float64
-	arrivals      uint64
+	// arrivals counts the pods learned from; compiledAt is arrivals when the mix
+	// was last handed out.
+	arrivals, compiledAt uint64
 	// seen are the pods (by UID, else ID) already counted, for ObserveSnapshot.
 	seen map[string]struct{}
 }
@@ -63,7 +64,6 @@ func newMixLearner(halfLife float64) *mixLearner {
 	for _, s := range prior {
 		l.add(s.Requests, s.GPU, mixPriorWeight*s.Weight/sum)
 	}
-	l.sinceCompiled = l.total
 	return l
 }
 
@@ -77,7 +77,6 @@ func (l *mixLearner) add(r model.Resources, d model.GPUDemand, w float64) {
 	}
 	l.shapes[i].Weight += w
 	l.total += w
-	l.sinceCompiled += w
 }
 
 // arrive counts one arriving pod.
@@ -106,13 +105,13 @@ func (l *mixLearner) renormalize() {
 		l.total += s.Weight
 	}
 	l.shapes = kept
-	l.sinceCompiled /= l.unit
 	l.unit = 1
 }
 
 // due reports whether enough has arrived since the mix was last handed out.
 func (l *mixLearner) due() bool {
-	return l.sinceCompiled >= mixRefreshFraction*l.total
+	since := l.arrivals - l.compiledAt
+	return since > 0 && since >= min(l.compiledAt, mixRefreshArrivals)
 }
 
 // mix returns the learned mix, weights summing to one, most frequent first.
@@ -123,7 +122,7 @@ func (l *mixLearner) mix() []Shape {
 		out[i] = s
 	}
 	slices.SortStableFunc(out, func(a, b Shape) int { return cmp.Compare(b.Weight, a.Weight) })
-	l.sinceCompiled = 0
+	l.compiledAt = l.arrivals
 	return out
 }
 

@@ -73,6 +73,10 @@ type Placer struct {
 	shapes     []Shape
 	scarcityOf *model.Snapshot
 	stale      bool
+	// kinds are scarcityOf's GPU nodes, alike ones merged; scarcityByShape
+	// memoizes each shape's scarcity on them.
+	kinds           nodeKinds
+	scarcityByShape map[shapeKey]float64
 	// learner, when not nil, learns shapes from the pods that arrive (NewOnline).
 	learner *mixLearner
 	// generation changes with the workload; cached scores of another generation
@@ -475,54 +479,78 @@ func (p *Placer) adaptTo(v *View) {
 	if !p.stale && p.scarcityOf == v.snapshot {
 		return
 	}
-	p.scarcityOf, p.stale = v.snapshot, false
-	// Nodes that are alike when empty are checked once.
-	type nodeKind struct {
-		node *model.Node
-		gpus int
+	if p.scarcityOf != v.snapshot {
+		p.kinds = kindsOf(v.snapshot)
+		clear(p.scarcityByShape)
 	}
-	kinds := map[string]*nodeKind{}
-	var order []string
-	totalGPUs := 0
-	for _, n := range v.snapshot.Nodes {
+	p.scarcityOf, p.stale = v.snapshot, false
+	scarcity := make([]float64, len(p.shapes))
+	for i, s := range p.shapes {
+		scarcity[i] = p.scarcityOfShape(s)
+	}
+	p.workload = p.policy.compile(p.shapes, scarcity)
+	p.generation++
+}
+
+// nodeKinds are a cluster's GPU nodes as they are when empty, alike ones merged, so
+// that a shape's fit is checked once per kind.
+type nodeKinds struct {
+	nodes     []*model.Node
+	gpus      []int
+	totalGPUs int
+}
+
+func kindsOf(s *model.Snapshot) nodeKinds {
+	var k nodeKinds
+	index := map[string]int{}
+	for _, n := range s.Nodes {
 		if len(n.GPUs) == 0 {
 			continue
 		}
-		totalGPUs += len(n.GPUs)
+		k.totalGPUs += len(n.GPUs)
 		key := fmt.Sprint(n.Allocatable, n.GPUsByCountOnly)
 		for i := range n.GPUs {
 			key += fmt.Sprintf("|%s/%d", n.GPUs[i].Model, n.GPUs[i].MemoryBytes)
 		}
-		if k, ok := kinds[key]; ok {
-			k.gpus += len(n.GPUs)
+		if i, ok := index[key]; ok {
+			k.gpus[i] += len(n.GPUs)
 			continue
 		}
 		empty := &model.Node{Allocatable: n.Allocatable, GPUsByCountOnly: n.GPUsByCountOnly, GPUs: make([]model.GPU, len(n.GPUs))}
 		for i, g := range n.GPUs {
 			empty.GPUs[i] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true}
 		}
-		kinds[key] = &nodeKind{node: empty, gpus: len(n.GPUs)}
-		order = append(order, key)
+		index[key] = len(k.nodes)
+		k.nodes = append(k.nodes, empty)
+		k.gpus = append(k.gpus, len(n.GPUs))
 	}
-	scarcity := make([]float64, len(p.shapes))
-	for i, s := range p.shapes {
-		scarcity[i] = 1
-		if s.GPU.Count == 0 || totalGPUs == 0 {
-			continue
-		}
-		terms := newPodTerms(&model.Pod{Requests: s.Requests, GPU: s.GPU})
-		fitGPUs := 0
-		for _, key := range order {
-			if terms.resourceMisfit(kinds[key].node) == fits {
-				fitGPUs += kinds[key].gpus
-			}
-		}
-		if fitGPUs == 0 {
-			scarcity[i] = 0
-			continue
-		}
-		scarcity[i] = min(float64(totalGPUs)/float64(fitGPUs), maxScarcity)
+	return k
+}
+
+// scarcityOfShape is the cluster's GPUs over the GPUs of the nodes a shape fits
+// when empty, at most maxScarcity; zero when it fits none; one for CPU-only shapes.
+func (p *Placer) scarcityOfShape(s Shape) float64 {
+	if s.GPU.Count == 0 || p.kinds.totalGPUs == 0 {
+		return 1
 	}
-	p.workload = p.policy.compile(p.shapes, scarcity)
-	p.generation++
+	key := keyOfShape(s.Requests, s.GPU)
+	if f, ok := p.scarcityByShape[key]; ok {
+		return f
+	}
+	terms := newPodTerms(&model.Pod{Requests: s.Requests, GPU: s.GPU})
+	fitGPUs := 0
+	for i, n := range p.kinds.nodes {
+		if terms.resourceMisfit(n) == fits {
+			fitGPUs += p.kinds.gpus[i]
+		}
+	}
+	f := 0.0
+	if fitGPUs > 0 {
+		f = min(float64(p.kinds.totalGPUs)/float64(fitGPUs), maxScarcity)
+	}
+	if p.scarcityByShape == nil {
+		p.scarcityByShape = map[shapeKey]float64{}
+	}
+	p.scarcityByShape[key] = f
+	return f
 }

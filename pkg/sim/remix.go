@@ -56,8 +56,9 @@ func ParseRemix(spec string) (kind string, fraction float64, err error) {
 //   - "gpuspec": fraction of the GPU tasks are restricted to one GPU model, drawn
 //     in proportion to the cluster's GPUs of that model among the models with
 //     nodes big enough for the task;
-//   - "cpu": the CPU-only tasks are redrawn until their CPU request is fraction
-//     of the cluster's CPU (cpu050: 5 %); GPU tasks stay as they are.
+//   - "cpu": the CPU-only tasks are redrawn until they are fraction of all tasks
+//     (cpu050: 5 %, cpu250: 25 %; the default trace has 13 %), so that their CPU
+//     demand grows with it; GPU tasks stay as they are.
 func Remix(tasks []Task, nodes []*model.Node, kind string, fraction float64, seed uint64) ([]Task, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	out := make([]Task, 0, len(tasks))
@@ -91,10 +92,6 @@ func Remix(tasks []Task, nodes []*model.Node, kind string, fraction float64, see
 		}
 	case "cpu":
 		var cpuOnly []Task
-		var capacity int64
-		for _, n := range nodes {
-			capacity += n.Allocatable.MilliCPU
-		}
 		for _, t := range tasks {
 			if t.NumGPU == 0 {
 				cpuOnly = append(cpuOnly, t)
@@ -102,13 +99,12 @@ func Remix(tasks []Task, nodes []*model.Node, kind string, fraction float64, see
 				out = append(out, t)
 			}
 		}
-		if len(cpuOnly) == 0 {
-			return nil, fmt.Errorf("remix cpu: the trace has no CPU-only tasks")
+		if len(cpuOnly) == 0 || fraction >= 1 {
+			return nil, fmt.Errorf("remix cpu: needs CPU-only tasks in the trace and a fraction below 1")
 		}
-		for requested := int64(0); float64(requested) < fraction*float64(capacity); {
+		for n := int(math.Round(fraction / (1 - fraction) * float64(len(out)))); n > 0; n-- {
 			t := cpuOnly[rng.IntN(len(cpuOnly))]
 			t.Name = fmt.Sprintf("%s-remix-%d", t.Name, len(out))
-			requested += t.MilliCPU
 			out = append(out, t)
 		}
 	case "gpuspec":
