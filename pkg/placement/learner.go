@@ -2,6 +2,7 @@ package placement
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 
@@ -264,4 +265,20 @@ func (p *Placer) Settings() Settings {
 		s.Arrivals = p.learner.arrivals
 	}
 	return s
+}
+
+// DescribeMix renders the n most frequent shapes of a mix (Placer.Mix) for people,
+// one a line, e.g. "31.2 % 1 GPU, 8 CPUs and 32 GiB memory": what `gantry explain`
+// and a metric's help show.
+func DescribeMix(shapes []Shape, n int) []string {
+	var lines []string
+	for _, s := range shapes[:min(n, len(shapes))] {
+		pod := &model.Pod{Requests: s.Requests, GPU: s.GPU}
+		what := DescribeDemand(pod)
+		if s.GPU.Count > 0 && s.Requests != (model.Resources{}) {
+			what += ", " + DescribeDemand(&model.Pod{Requests: s.Requests})
+		}
+		lines = append(lines, fmt.Sprintf("%.1f %% %s", 100*s.Weight, what))
+	}
+	return lines
 }

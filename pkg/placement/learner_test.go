@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -137,5 +138,19 @@ func TestScarcityWeighsRareShapes(t *testing.T) {
 	// CPU per GPU is that of arrivals: (1000 + 40000) / 2000 milli, not weighed.
 	if want := 41000.0 / 2000; math.Abs(p.workload.cpuPerMilli-want) > 1e-9 {
 		t.Errorf("cpuPerMilli = %v, want %v: scarcity must not set the stranded term's ratio", p.workload.cpuPerMilli, want)
+	}
+}
+
+func TestDescribeMix(t *testing.T) {
+	p, _ := NewOnline("")
+	for i := 0; i < 30; i++ {
+		p.Arrive(gpuPod("train", 1, 8000, 32<<30))
+		if i%3 == 0 {
+			p.Arrive(cpuPod("etl", 2000, 4<<30))
+		}
+	}
+	lines := DescribeMix(p.Mix(), 2)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "% 1 GPU, 8 CPUs and 32 GiB memory") || !strings.HasSuffix(lines[1], "% 2 CPUs and 4 GiB memory") {
+		t.Fatalf("DescribeMix = %q", lines)
 	}
 }
