@@ -155,12 +155,15 @@ func compileWorkload(shapes []Shape, scarcity []float64, keepCPUOnly bool, stran
 		g.weight += s.scarce / total
 		g.members = append(g.members, shapeMember{s.Requests.MilliCPU, s.Requests.MemoryBytes, s.scarce / total})
 	}
-	// A shape that requests no CPU and no memory says nothing of the mix's appetite
+	// The CPU and memory per GPU are what the whole mix requests, CPU-only pods
+	// included, per GPU it requests: CPU-only pods take CPU from the same nodes, and
+	// a node that feeds its free GPUs only if no CPU-only pod comes strands them. A
+	// shape that requests no CPU and no memory says nothing of the mix's appetite
 	// (DefaultWorkload's shapes, the learner's prior, request none).
 	var cpu, mem, milli float64
-	for _, s := range kept {
+	for i, s := range shapes {
 		m := demandMilliOf(s.GPU)
-		if m == 0 || s.scarce == 0 || s.Requests.MilliCPU == 0 && s.Requests.MemoryBytes == 0 {
+		if s.Weight <= 0 || scarcity != nil && m > 0 && scarcity[i] == 0 || s.Requests.MilliCPU == 0 && s.Requests.MemoryBytes == 0 {
 			continue
 		}
 		cpu += s.Weight * float64(s.Requests.MilliCPU)
