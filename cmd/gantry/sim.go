@@ -46,7 +46,8 @@ func runSimOpenb(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	outDir := fs.String("out", "", "write curves.csv, summary.csv and unallocated.png into this directory")
 	publishedPath := fs.String("published", openbDefault("published_unallocated_gpu_pct.csv"), "published results to compare with (empty: none)")
 	workers := fs.Int("workers", 0, "seeds replayed at once (0: one per CPU)")
-	remix := fs.String("remix", "", "resample the trace into another mix first: multigpu=F, gpushare=F or gpuspec=F (F: fraction of GPU tasks)")
+	remix := fs.String("remix", "", "rebuild a published family from the trace first: multigpu20..50, gpushare40..100, gpuspec10..33, cpu050..250")
+	oracleMix := fs.Bool("oracle-mix", false, "research only: give the placer the whole trace's mix before the first arrival (default: learn it from arrivals, as the scheduler does)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gantry sim openb [flags]")
 		fmt.Fprintln(stderr, "\nReplays the openb trace with the published protocol (shuffle per seed, inflate by")
@@ -97,7 +98,8 @@ func runSimOpenb(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		workload += "+" + *remix
 	}
-	cfg := sim.Config{Nodes: nodes, Tasks: tasks, Policies: policies, Seeds: seeds, Inflate: *inflate, Workers: *workers}
+	cfg := sim.Config{Nodes: nodes, Tasks: tasks, Policies: policies, Seeds: seeds, Inflate: *inflate, Workers: *workers, OracleMix: *oracleMix}
+
 	if isTerminal(stderr) {
 		bar := &progressBar{w: stderr}
 		cfg.Progress = bar.update
@@ -125,6 +127,7 @@ func runSimOpenb(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *asJSON {
 		rep := sim.NewReport(cfg, result, *nodesPath, *podsPath)
 		rep.Remix = *remix
+		rep.OracleMix = *oracleMix
 		rep.WallSeconds = math.Round(wall*10) / 10
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

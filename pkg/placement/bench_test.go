@@ -24,19 +24,21 @@ func benchCluster(n int) *model.Snapshot {
 }
 
 // benchPlace places pods round-robin until b.N placements, starting over on an empty
-// view whenever the cluster fills up, and reports placements per second.
+// view whenever the cluster fills up, and reports placements per second. The placer
+// is the scheduler's (NewOnline): each pod arrives in its learned mix before it is
+// placed, so the mix is recompiled as it moves, as in production.
 func benchPlace(b *testing.B, nodes int, pods []*model.Pod) {
 	s := benchCluster(nodes)
-	p, err := New("")
+	p, err := NewOnline("")
 	if err != nil {
 		b.Fatal(err)
 	}
-	p.SetWorkload(ShapesOf(pods))
 	v := NewView(s)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		pod := pods[i%len(pods)]
+		p.Arrive(pod)
 		pl, u := p.PlacePod(v, pod)
 		if u != nil {
 			b.StopTimer()

@@ -12,6 +12,9 @@
 //
 // Scoring is chosen by name (see New). The default, "fgd", is fragmentation-aware:
 // it places a pod where the expected fragmentation of the cluster, measured against
-// the workload's mix of pod shapes (SetWorkload), grows least; see docs/benchmarks.md
-// for how it compares with the published FGD policy on the openb trace.
+// the workload's mix of pod shapes, grows least. The mix is learned online from the
+// pods that arrive (NewOnline, Arrive, ObserveSnapshot; see learner.go), the same
+// way in the scheduler and in the simulator; SetWorkload fixes it, for tests and
+// research. See docs/benchmarks.md for how it compares with the published FGD
+// policy on the openb trace and the families its authors published.
 package placement

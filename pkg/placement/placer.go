@@ -34,8 +34,9 @@ var policies = []struct {
 
 // policy ranks the nodes that can take a pod.
 type policy interface {
-	// compile prepares the workload mix the policy scores against.
-	compile(shapes []Shape) workload
+	// compile prepares the workload mix the policy scores against; scarcity, when
+	// not nil, weighs each shape further (see Placer.adaptTo).
+	compile(shapes []Shape, scarcity []float64) workload
 	// rank scores node n, which can take the pod (lower is better), and says which
 	// GPU a single share would take there (-1 when bindGPUs decides).
 	rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (rank, int)
@@ -67,10 +68,17 @@ type Placer struct {
 	policyName string
 	policy     policy
 	workload   workload
-	// shapes is the mix as set; workload is compiled from it, weighted by scarcity
-	// for the snapshot scarcityOf.
+	// shapes is the mix as set or learned; workload is compiled from it, weighted
+	// by scarcity for the snapshot scarcityOf, unless stale.
 	shapes     []Shape
 	scarcityOf *model.Snapshot
+	stale      bool
+	// kinds are scarcityOf's GPU nodes, alike ones merged; scarcityByShape
+	// memoizes each shape's scarcity on them.
+	kinds           nodeKinds
+	scarcityByShape map[shapeKey]float64
+	// learner, when not nil, learns shapes from the pods that arrive (NewOnline).
+	learner *mixLearner
 	// generation changes with the workload; cached scores of another generation
 	// are stale.
 	generation uint64
@@ -151,18 +159,23 @@ func New(policyName string) (*Placer, error) {
 // Policy returns the policy's name.
 func (p *Placer) Policy() string { return p.policyName }
 
-// SetWorkload sets the observed mix of pod shapes that fragmentation is measured
-// against (ShapesOf makes one from pods). An empty mix restores DefaultWorkload.
-// The default policy further weighs each shape by how few nodes of the cluster it
-// fits, once per snapshot it places on.
+// SetWorkload fixes the mix of pod shapes that fragmentation is measured against
+// (ShapesOf makes one from pods), and stops learning it. An empty mix restores
+// DefaultWorkload. The default policy further weighs each shape by how few nodes of
+// the cluster it fits, once per snapshot it places on. The scheduler does not call
+// it: it learns the mix (NewOnline); a fixed mix is for tests and research.
 func (p *Placer) SetWorkload(shapes []Shape) {
 	if len(shapes) == 0 {
 		shapes = DefaultWorkload()
 	}
-	p.shapes = append([]Shape(nil), shapes...)
-	p.scarcityOf = nil
-	p.workload = p.policy.compile(shapes)
-	p.generation++
+	p.learner = nil
+	p.setShapes(append([]Shape(nil), shapes...))
+}
+
+// setShapes replaces the mix; it is compiled before the next placement.
+func (p *Placer) setShapes(shapes []Shape) {
+	p.shapes = shapes
+	p.stale = true
 }
 
 // podQuery is a pod prepared for placement.
@@ -448,63 +461,96 @@ func bindGPUs(n *model.Node, d model.GPUDemand, sharePos int) []model.GPUBinding
 // rare shape that fits one node in a thousand cannot outweigh the rest of the mix.
 const maxScarcity = 10
 
-// adaptTo weighs the mix, once per snapshot, by the scarcity of the nodes each
-// shape fits: a shape that fits only a tenth of the cluster's GPUs (large memory, a
-// rare model) weighs ten times more, because breaking up one of the few nodes that
-// can take it costs more than breaking up one of many. A shape that fits no node,
-// even empty, weighs nothing: no placement can help it.
+// adaptTo compiles the mix when it changed and, for the default policy, once per
+// snapshot, weighs it by the scarcity of the nodes each shape fits: a shape that
+// fits only a tenth of the cluster's GPUs (large memory, a rare model) weighs ten
+// times more, because breaking up one of the few nodes that can take it costs more
+// than breaking up one of many. A shape that fits no node, even empty, weighs
+// nothing: no placement can help it.
 func (p *Placer) adaptTo(v *View) {
-	if !p.policy.weighsScarcity() || p.scarcityOf == v.snapshot {
+	if !p.policy.weighsScarcity() {
+		if p.stale {
+			p.workload = p.policy.compile(p.shapes, nil)
+			p.stale = false
+			p.generation++
+		}
 		return
 	}
-	p.scarcityOf = v.snapshot
-	// Nodes that are alike when empty are checked once.
-	type nodeKind struct {
-		node *model.Node
-		gpus int
+	if !p.stale && p.scarcityOf == v.snapshot {
+		return
 	}
-	kinds := map[string]*nodeKind{}
-	var order []string
-	totalGPUs := 0
-	for _, n := range v.snapshot.Nodes {
+	if p.scarcityOf != v.snapshot {
+		p.kinds = kindsOf(v.snapshot)
+		clear(p.scarcityByShape)
+	}
+	p.scarcityOf, p.stale = v.snapshot, false
+	scarcity := make([]float64, len(p.shapes))
+	for i, s := range p.shapes {
+		scarcity[i] = p.scarcityOfShape(s)
+	}
+	p.workload = p.policy.compile(p.shapes, scarcity)
+	p.generation++
+}
+
+// nodeKinds are a cluster's GPU nodes as they are when empty, alike ones merged, so
+// that a shape's fit is checked once per kind.
+type nodeKinds struct {
+	nodes     []*model.Node
+	gpus      []int
+	totalGPUs int
+}
+
+func kindsOf(s *model.Snapshot) nodeKinds {
+	var k nodeKinds
+	index := map[string]int{}
+	for _, n := range s.Nodes {
 		if len(n.GPUs) == 0 {
 			continue
 		}
-		totalGPUs += len(n.GPUs)
+		k.totalGPUs += len(n.GPUs)
 		key := fmt.Sprint(n.Allocatable, n.GPUsByCountOnly)
 		for i := range n.GPUs {
 			key += fmt.Sprintf("|%s/%d", n.GPUs[i].Model, n.GPUs[i].MemoryBytes)
 		}
-		if k, ok := kinds[key]; ok {
-			k.gpus += len(n.GPUs)
+		if i, ok := index[key]; ok {
+			k.gpus[i] += len(n.GPUs)
 			continue
 		}
 		empty := &model.Node{Allocatable: n.Allocatable, GPUsByCountOnly: n.GPUsByCountOnly, GPUs: make([]model.GPU, len(n.GPUs))}
 		for i, g := range n.GPUs {
 			empty.GPUs[i] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true}
 		}
-		kinds[key] = &nodeKind{node: empty, gpus: len(n.GPUs)}
-		order = append(order, key)
+		index[key] = len(k.nodes)
+		k.nodes = append(k.nodes, empty)
+		k.gpus = append(k.gpus, len(n.GPUs))
 	}
-	weighed := make([]Shape, len(p.shapes))
-	for i, s := range p.shapes {
-		weighed[i] = s
-		if s.GPU.Count == 0 || totalGPUs == 0 {
-			continue
-		}
-		terms := newPodTerms(&model.Pod{Requests: s.Requests, GPU: s.GPU})
-		fitGPUs := 0
-		for _, key := range order {
-			if terms.resourceMisfit(kinds[key].node) == fits {
-				fitGPUs += kinds[key].gpus
-			}
-		}
-		if fitGPUs == 0 {
-			weighed[i].Weight = 0
-			continue
-		}
-		weighed[i].Weight *= min(float64(totalGPUs)/float64(fitGPUs), maxScarcity)
+	return k
+}
+
+// scarcityOfShape is the cluster's GPUs over the GPUs of the nodes a shape fits
+// when empty, at most maxScarcity; zero when it fits none; one for CPU-only shapes.
+func (p *Placer) scarcityOfShape(s Shape) float64 {
+	if s.GPU.Count == 0 || p.kinds.totalGPUs == 0 {
+		return 1
 	}
-	p.workload = p.policy.compile(weighed)
-	p.generation++
+	key := keyOfShape(s.Requests, s.GPU)
+	if f, ok := p.scarcityByShape[key]; ok {
+		return f
+	}
+	terms := newPodTerms(&model.Pod{Requests: s.Requests, GPU: s.GPU})
+	fitGPUs := 0
+	for i, n := range p.kinds.nodes {
+		if terms.resourceMisfit(n) == fits {
+			fitGPUs += p.kinds.gpus[i]
+		}
+	}
+	f := 0.0
+	if fitGPUs > 0 {
+		f = min(float64(p.kinds.totalGPUs)/float64(fitGPUs), maxScarcity)
+	}
+	if p.scarcityByShape == nil {
+		p.scarcityByShape = map[shapeKey]float64{}
+	}
+	p.scarcityByShape[key] = f
+	return f
 }

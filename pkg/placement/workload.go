@@ -109,24 +109,41 @@ type shapeMember struct {
 // keepCPUOnly: every placement changes their term by the same amount (they can use
 // no free GPU, so all of it counts), which cannot change which node is best. They
 // still count through the CPU and memory they take from GPU pods.
-func compileWorkload(shapes []Shape, keepCPUOnly bool, strandedWeight float64) workload {
-	var kept []Shape
-	for _, s := range shapes {
+//
+// scarcity, when not nil, multiplies each shape's weight in the per-shape terms
+// (see Placer.adaptTo). It does not enter the mix's CPU and memory per GPU: that is
+// what the pods that arrive take, and a rare shape weighed up for its scarcity must
+// not make its own appetite the cluster's (a few 8-GPU, 120-core pods weighed ten
+// times made most GPUs look stranded).
+func compileWorkload(shapes []Shape, scarcity []float64, keepCPUOnly bool, strandedWeight float64) workload {
+	type weighed struct {
+		Shape
+		scarce float64
+	}
+	var kept []weighed
+	for i, s := range shapes {
+		f := 1.0
+		if scarcity != nil {
+			f = scarcity[i]
+		}
 		if s.Weight > 0 && (s.GPU.Count > 0 || keepCPUOnly) {
-			kept = append(kept, s)
+			kept = append(kept, weighed{s, s.Weight * f})
 		}
 	}
-	slices.SortStableFunc(kept, func(a, b Shape) int { return cmp.Compare(b.Weight, a.Weight) })
+	slices.SortStableFunc(kept, func(a, b weighed) int { return cmp.Compare(b.Weight, a.Weight) })
 	if len(kept) > maxShapes {
 		kept = kept[:maxShapes]
 	}
 	var total float64
 	for _, s := range kept {
-		total += s.Weight
+		total += s.scarce
 	}
 	w := workload{strandedWeight: strandedWeight}
 	groupOf := map[shapeKey]int{}
 	for _, s := range kept {
+		if s.scarce == 0 {
+			continue
+		}
 		k := keyOfShape(model.Resources{}, s.GPU)
 		gi, ok := groupOf[k]
 		if !ok {
@@ -135,13 +152,18 @@ func compileWorkload(shapes []Shape, keepCPUOnly bool, strandedWeight float64) w
 			w.groups = append(w.groups, shapeGroup{demand: s.GPU})
 		}
 		g := &w.groups[gi]
-		g.weight += s.Weight / total
-		g.members = append(g.members, shapeMember{s.Requests.MilliCPU, s.Requests.MemoryBytes, s.Weight / total})
+		g.weight += s.scarce / total
+		g.members = append(g.members, shapeMember{s.Requests.MilliCPU, s.Requests.MemoryBytes, s.scarce / total})
 	}
+	// The CPU and memory per GPU are what the whole mix requests, CPU-only pods
+	// included, per GPU it requests: CPU-only pods take CPU from the same nodes, and
+	// a node that feeds its free GPUs only if no CPU-only pod comes strands them. A
+	// shape that requests no CPU and no memory says nothing of the mix's appetite
+	// (DefaultWorkload's shapes, the learner's prior, request none).
 	var cpu, mem, milli float64
-	for _, s := range kept {
+	for i, s := range shapes {
 		m := demandMilliOf(s.GPU)
-		if m == 0 {
+		if s.Weight <= 0 || scarcity != nil && m > 0 && scarcity[i] == 0 || s.Requests.MilliCPU == 0 && s.Requests.MemoryBytes == 0 {
 			continue
 		}
 		cpu += s.Weight * float64(s.Requests.MilliCPU)

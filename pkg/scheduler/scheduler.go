@@ -85,9 +85,11 @@ type Scheduler struct {
 	Config Config
 }
 
-// New returns a scheduler with the named placement policy ("" for the default).
+// New returns a scheduler with the named placement policy ("" for the default),
+// which learns the workload mix from the pods it sees (placement.NewOnline; gantry
+// sim builds its Placer the same way).
 func New(policy string, cfg Config) (*Scheduler, error) {
-	p, err := placement.New(policy)
+	p, err := placement.NewOnline(policy)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +123,7 @@ const maxPreemptionSearches = 32
 // neither placed nor reported.
 func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangID) bool) *Plan {
 	plan := &Plan{}
+	s.Placer.ObserveSnapshot(snap)
 	view := placement.NewView(snap)
 	shares, queueErr := s.Shares(snap)
 	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan}

@@ -28,6 +28,11 @@ type Config struct {
 	Workers int
 	// Progress, when set, is called with tasks replayed so far and in all.
 	Progress func(done, total int64)
+	// OracleMix, for research only, gives the placer the whole trace's mix before
+	// the first arrival, as the authors' simulator does. By default the placer
+	// learns the mix from the tasks that have arrived so far, as the scheduler
+	// does (placement.NewOnline).
+	OracleMix bool
 }
 
 // Checkpoints are the arrived percentages reported for an inflation: 90, 95, 100,
@@ -60,7 +65,10 @@ type Result struct {
 
 // Replay runs the openb protocol for every policy and seed: shuffle the tasks,
 // append tasks drawn with replacement until the requested GPU reaches Inflate times
-// the capacity, then place them one at a time in that order with no retries.
+// the capacity, then place them one at a time in that order with no retries. The
+// nodes too are shuffled per seed: equal scores go to the first node in order, as
+// in kube-scheduler, which breaks ties by node name, and the authors' simulator,
+// which shuffles node names per seed.
 func Replay(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Inflate <= 0 {
 		return Result{}, fmt.Errorf("inflate must be positive, got %v", cfg.Inflate)
@@ -73,10 +81,8 @@ func Replay(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 	}
-	snapshot := model.NewSnapshot()
 	var capacity int64
 	for _, n := range cfg.Nodes {
-		snapshot.AddNode(n)
 		capacity += int64(len(n.GPUs)) * model.MilliPerGPU
 	}
 	if capacity == 0 {
@@ -86,13 +92,17 @@ func Replay(ctx context.Context, cfg Config) (Result, error) {
 	for i, t := range cfg.Tasks {
 		pods[i] = t.Pod()
 	}
-	// The mix that fragmentation is measured against is the trace's own.
-	shapes := placement.ShapesOf(pods)
+	var shapes []placement.Shape
+	if cfg.OracleMix {
+		shapes = placement.ShapesOf(pods)
+	}
 
 	orders := make([][]int, len(cfg.Seeds))
+	clusters := make([]*model.Snapshot, len(cfg.Seeds))
 	var total int64
 	for i, seed := range cfg.Seeds {
 		orders[i] = arrivalOrder(cfg.Tasks, seed, float64(capacity)*cfg.Inflate)
+		clusters[i] = shuffledCluster(cfg.Nodes, seed)
 		total += int64(len(orders[i]) * len(cfg.Policies))
 	}
 
@@ -112,7 +122,7 @@ func Replay(ctx context.Context, cfg Config) (Result, error) {
 			defer wg.Done()
 			for j := range jobs {
 				k := j.policy*len(cfg.Seeds) + j.seed
-				r := replayOne(ctx, snapshot, pods, cfg.Tasks, orders[j.seed], capacity, cfg.Inflate, cfg.Policies[j.policy], shapes, func() {
+				r := replayOne(ctx, clusters[j.seed], pods, cfg.Tasks, orders[j.seed], capacity, cfg.Inflate, cfg.Policies[j.policy], shapes, func() {
 					if d := done.Add(1); cfg.Progress != nil && d%256 == 0 {
 						cfg.Progress(d, total)
 					}
@@ -163,12 +173,36 @@ func arrivalOrder(tasks []Task, seed uint64, target float64) []int {
 	return order
 }
 
+// shuffledCluster is the cluster with its nodes in the seed's order.
+func shuffledCluster(nodes []*model.Node, seed uint64) *model.Snapshot {
+	s := model.NewSnapshot()
+	for _, i := range rand.New(rand.NewPCG(seed, 1)).Perm(len(nodes)) {
+		s.AddNode(nodes[i])
+	}
+	return s
+}
+
+// NewPlacer builds the placer a replay runs: the scheduler's own
+// (placement.NewOnline, as pkg/scheduler builds it), or, with oracle shapes, one
+// that knows the mix in advance.
+func NewPlacer(policy string, oracle []placement.Shape) (*placement.Placer, error) {
+	if oracle == nil {
+		return placement.NewOnline(policy)
+	}
+	p, err := placement.New(policy)
+	if err == nil {
+		p.SetWorkload(oracle)
+	}
+	return p, err
+}
+
 // replayOne places tasks in order with one policy on a fresh view of the cluster.
 // The snapshot is shared between concurrent replays: a View never writes it unless
-// committed, and this replay never commits.
-func replayOne(ctx context.Context, s *model.Snapshot, pods []*model.Pod, tasks []Task, order []int, capacity int64, inflate float64, policy string, shapes []placement.Shape, tick func()) Run {
-	placer, _ := placement.New(policy) // validated by Replay
-	placer.SetWorkload(shapes)
+// committed, and this replay never commits. The placer learns each task as it
+// arrives, before placing it, as the scheduler sees a pod pending before it places
+// it.
+func replayOne(ctx context.Context, s *model.Snapshot, pods []*model.Pod, tasks []Task, order []int, capacity int64, inflate float64, policy string, oracle []placement.Shape, tick func()) Run {
+	placer, _ := NewPlacer(policy, oracle) // validated by Replay
 	view := placement.NewView(s)
 	last := int(math.Round(inflate * 100))
 	run := Run{Policy: policy, Unallocated: make([]float64, last+1), Tasks: len(order)}
@@ -184,6 +218,7 @@ func replayOne(ctx context.Context, s *model.Snapshot, pods []*model.Pod, tasks 
 		}
 		pod := pods[i]
 		arrived += tasks[i].RequestedGPUMilli()
+		placer.Arrive(pod)
 		if pl, u := placer.PlacePod(view, pod); u == nil {
 			view.Assign(pod, pl)
 			allocated += tasks[i].RequestedGPUMilli()

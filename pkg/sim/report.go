@@ -74,12 +74,15 @@ type Report struct {
 	Nodes string `json:"nodes"`
 	Pods  string `json:"pods"`
 	// Remix is the --remix the trace was resampled with, if any.
-	Remix   string   `json:"remix,omitempty"`
-	GPUs    int64    `json:"gpus"`
-	Tasks   int      `json:"tasks"`
-	Policy  string   `json:"policy"`
-	Seeds   []uint64 `json:"seeds"`
-	Inflate float64  `json:"inflate"`
+	Remix string `json:"remix,omitempty"`
+	// OracleMix is true when the placer was given the whole trace's mix in advance
+	// (research only: the scheduler learns it from arrivals).
+	OracleMix bool     `json:"oracleMix,omitempty"`
+	GPUs      int64    `json:"gpus"`
+	Tasks     int      `json:"tasks"`
+	Policy    string   `json:"policy"`
+	Seeds     []uint64 `json:"seeds"`
+	Inflate   float64  `json:"inflate"`
 	PolicyReport
 	Policies    map[string]PolicyReport `json:"policies,omitempty"`
 	WallSeconds float64                 `json:"wall_seconds"`

@@ -251,4 +251,51 @@ func TestRemix(t *testing.T) {
 	if _, _, err := ParseRemix("multigpu=2"); err == nil {
 		t.Fatal("ParseRemix accepted a fraction above 1")
 	}
+
+	// The published families: gpushare40 has 40 % of the GPU requested in shares,
+	// as many GPU tasks as before; cpu250 has 25 % CPU-only tasks.
+	kind, fraction, err := ParseRemix("gpushare40")
+	if err != nil || kind != "gpushare" || fraction != 0.4 {
+		t.Fatalf(`ParseRemix("gpushare40") = %q, %v, %v`, kind, fraction, err)
+	}
+	var plain []Task
+	for i := 0; i < 300; i++ {
+		plain = append(plain, Task{Name: "one", NumGPU: 1, GPUMilli: 1000}, Task{Name: "share", NumGPU: 1, GPUMilli: 300})
+	}
+	share, err := Remix(plain, nodes, kind, fraction, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shared, all, gpuTasks int64
+	for _, task := range share {
+		if task.NumGPU == 1 && task.GPUMilli < 1000 {
+			shared += task.RequestedGPUMilli()
+		}
+		all += task.RequestedGPUMilli()
+		if task.NumGPU > 0 {
+			gpuTasks++
+		}
+	}
+	if got := float64(shared) / float64(all); math.Abs(got-0.4) > 0.005 || gpuTasks != 600 {
+		t.Fatalf("gpushare40: shares are %.3f of the GPU requested over %d GPU tasks, want 0.40 over 600", got, gpuTasks)
+	}
+	if kind, fraction, err = ParseRemix("cpu250"); err != nil || kind != "cpu" || fraction != 0.25 {
+		t.Fatalf(`ParseRemix("cpu250") = %q, %v, %v`, kind, fraction, err)
+	}
+	cpu, err := Remix(tasks, nodes, kind, fraction, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuOnly = 0
+	for _, task := range cpu {
+		if task.NumGPU == 0 {
+			cpuOnly++
+		}
+	}
+	if cpuOnly != 200 || len(cpu) != 800 {
+		t.Fatalf("cpu250: %d CPU-only tasks of %d, want 200 of 800", cpuOnly, len(cpu))
+	}
+	if _, _, err := ParseRemix("gpushare"); err == nil {
+		t.Fatal(`ParseRemix("gpushare") accepted a family without its percentage`)
+	}
 }
