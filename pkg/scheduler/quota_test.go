@@ -104,6 +104,25 @@ func TestQuotaScenarios(t *testing.T) {
 			Final:  &sc.Final{Running: []string{"b-job", "x1"}},
 		},
 		{
+			// x2's pod is still terminating in cycle 2, when a-late arrives; the GPU x1
+			// freed is booked for b-gang, which binds whole once x2 has gone.
+			Name:  "room kept for a gang while part of its victims still terminate",
+			Nodes: []sc.Node{{Name: "n1", GPUs: 1}, {Name: "n2", GPUs: 1}},
+			Queues: []sc.Queue{
+				{Name: "b-team", Quota: 2}, {Name: "x-busy", Quota: 0}, {Name: "a-late", Quota: 0},
+			},
+			Gangs: []sc.Gang{
+				{Name: "x1", Queue: "x-busy", GPUs: 1, On: "n1"},
+				{Name: "x2", Queue: "x-busy", GPUs: 1, On: "n2"},
+				{Name: "b-gang", Queue: "b-team", Pods: 2, GPUs: 1},
+			},
+			Linger: map[string]int{"n2": 1},
+			Expect: sc.Expect{Evicted: []string{"x1-0", "x2-0"}, Nominated: []string{"b-gang"}},
+			Arrive: map[int][]sc.Gang{2: {{Name: "a-job", Queue: "a-late", GPUs: 1}}},
+			Cycles: 6,
+			Final:  &sc.Final{Running: []string{"b-gang"}},
+		},
+		{
 			Name:  "elastic members count toward the guarantee",
 			Nodes: []sc.Node{{Name: "n", GPUs: 4}},
 			Queues: []sc.Queue{

@@ -36,6 +36,7 @@ func Run(t *testing.T, sc Scenario) {
 		settle = 2
 	}
 	madeRoomFor := map[[2]model.GangID]int{}
+	leaving := map[model.PodID]int{}
 	var last *scheduler.Plan
 	for cycle := 1; cycle <= cycles; cycle++ {
 		if err := arriveAndLeave(snap, sc, cycle); err != nil {
@@ -64,7 +65,7 @@ func Run(t *testing.T, sc Scenario) {
 				t.Logf("  evict %s: %s", e.Pod, e.Reason)
 			}
 		}
-		Apply(snap, plan)
+		leaving = applyLingering(snap, plan, sc.Linger, leaving)
 	}
 	if sc.Final != nil {
 		checkFinal(t, snap, last, *sc.Final)
@@ -155,6 +156,39 @@ func Apply(snap *model.Snapshot, plan *scheduler.Plan) {
 			}
 		}
 	}
+}
+
+// applyLingering is Apply, with the victims on the nodes of linger left terminating
+// for that many cycles; leaving counts down the cycles each has left.
+func applyLingering(snap *model.Snapshot, plan *scheduler.Plan, linger map[string]int, leaving map[model.PodID]int) map[model.PodID]int {
+	for id, left := range leaving {
+		if left > 1 {
+			leaving[id] = left - 1
+			continue
+		}
+		delete(leaving, id)
+		if p := snap.Pods[id]; p != nil && p.Bound() {
+			p.Terminating = false
+			unbind(snap, p)
+		}
+	}
+	if len(linger) > 0 {
+		var now []scheduler.Eviction
+		for _, e := range plan.Evictions {
+			p := snap.Pods[e.Pod]
+			if p != nil && p.Bound() && linger[p.Node] > 0 {
+				p.Terminating = true
+				leaving[p.ID] = linger[p.Node]
+				continue
+			}
+			now = append(now, e)
+		}
+		copied := *plan
+		copied.Evictions = now
+		plan = &copied
+	}
+	Apply(snap, plan)
+	return leaving
 }
 
 func unbind(snap *model.Snapshot, p *model.Pod) {

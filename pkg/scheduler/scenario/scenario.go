@@ -57,6 +57,9 @@ type Scenario struct {
 	// Cycles > 1).
 	Settle int
 	Final  *Final
+	// Linger keeps evicted pods on the named node terminating (bound, holding their
+	// resources) for that many cycles before they go.
+	Linger map[string]int
 }
 
 // Node is a machine with GPUs GPUs of one model.
