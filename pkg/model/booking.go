@@ -22,8 +22,10 @@ func (n *Node) book(p *Pod, gpus []GPUBinding, sign int64) {
 	r := p.BookedRequests()
 	if sign > 0 {
 		n.Requested = n.Requested.Add(r)
+		n.addPod(p)
 	} else {
 		n.Requested = n.Requested.Sub(r)
+		n.removePod(p)
 	}
 	for _, b := range gpus {
 		g := n.GPUByIndex(b.Index)
@@ -67,4 +69,37 @@ func (n *Node) GPUByIndex(index int) *GPU {
 		}
 	}
 	return nil
+}
+
+// addPod records p among n's pods. The slice is copied, never appended in place,
+// because clones share it.
+func (n *Node) addPod(p *Pod) {
+	pods := make([]*Pod, len(n.Pods), len(n.Pods)+1)
+	copy(pods, n.Pods)
+	n.Pods = append(pods, p)
+	if p.HasAntiAffinity() {
+		n.AntiAffinityPods++
+	}
+	if p.HasAffinityTerms() {
+		n.AffinityPods++
+	}
+}
+
+// removePod drops p (by ID) from n's pods.
+func (n *Node) removePod(p *Pod) {
+	for i, q := range n.Pods {
+		if q.ID != p.ID {
+			continue
+		}
+		pods := make([]*Pod, 0, len(n.Pods)-1)
+		pods = append(pods, n.Pods[:i]...)
+		n.Pods = append(pods, n.Pods[i+1:]...)
+		if q.HasAntiAffinity() {
+			n.AntiAffinityPods--
+		}
+		if q.HasAffinityTerms() {
+			n.AffinityPods--
+		}
+		return
+	}
 }

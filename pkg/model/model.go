@@ -89,6 +89,20 @@ type Node struct {
 	// agent): GPUs then come from the nvidia.com/gpu count and GFD labels, and only
 	// whole-GPU demands are placed on it, since the device plugin picks the device.
 	GPUsByCountOnly bool
+	// Pods are the pods counted on the node (bound, assumed or placed in this cycle),
+	// for the checks that look at other pods: inter-pod affinity, topology spread,
+	// host ports, CSI attach limits. Book and Unbook keep it; it is never changed in
+	// place, so a clone may share it.
+	Pods []*Pod
+	// AntiAffinityPods counts the Pods with required anti-affinity terms, so that a
+	// pod without constraints skips nodes where none can repel it.
+	AntiAffinityPods int
+	// AffinityPods counts the Pods with any pod affinity or anti-affinity term,
+	// required or preferred, which score the pods placed near them.
+	AffinityPods int
+	// CSIAttachLimits is the most volumes each CSI driver may attach on the node
+	// (CSINode drivers[].allocatable.count); a driver not listed has no limit.
+	CSIAttachLimits map[string]int
 }
 
 // Free returns the unrequested node resources.
@@ -206,6 +220,11 @@ type Pod struct {
 	// RequiredAffinity is requiredDuringSchedulingIgnoredDuringExecution, or nil.
 	RequiredAffinity *corev1.NodeSelector
 	Tolerations      []corev1.Toleration
+	// Labels are the pod's labels, which other pods' affinity and spread select on.
+	Labels map[string]string
+	// Constraints are the pod's inter-pod, topology, port and volume constraints;
+	// nil when it has none.
+	Constraints *Constraints
 
 	// Node is where the pod is bound (or assumed), empty while pending.
 	Node string

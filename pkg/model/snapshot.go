@@ -79,6 +79,9 @@ type Snapshot struct {
 	// scheduler's config names it); empty, or a queue not in Queues, leaves them
 	// uncharged.
 	DefaultQueue string
+	// NamespaceLabels are the labels of each namespace, for affinity terms with a
+	// namespaceSelector; nil when no such term is in use.
+	NamespaceLabels map[string]map[string]string
 
 	nodeIndex map[string]int
 }

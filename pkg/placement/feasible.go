@@ -28,6 +28,16 @@ const (
 	ReasonLiveGPUMemory   = "insufficient live free GPU memory"
 	ReasonDevices         = "no devices that satisfy the pod's ResourceClaims"
 	ReasonChosenGPUsTaken = "the GPUs allocated for the pod's ResourceClaims are taken"
+
+	ReasonPodAffinity          = "node(s) didn't match pod affinity rules"
+	ReasonPodAntiAffinity      = "node(s) didn't match pod anti-affinity rules"
+	ReasonExistingAntiAffinity = "node(s) didn't satisfy existing pods anti-affinity rules"
+	ReasonSpreadLabel          = "node(s) didn't match pod topology spread constraints (missing required label)"
+	ReasonSpread               = "node(s) didn't match pod topology spread constraints"
+	ReasonHostPort             = "node(s) didn't have free ports for the requested pod ports"
+	ReasonVolumeNode           = "node(s) had volume node affinity conflict"
+	ReasonVolumeBinding        = "node(s) didn't find available persistent volumes to bind"
+	ReasonVolumeLimit          = "node(s) exceed max volume count"
 )
 
 // misfit is why a node cannot take a pod; fits when it can. Checks return a code
@@ -50,6 +60,15 @@ const (
 	misfitLiveGPUMemory
 	misfitDevices
 	misfitChosenGPUsTaken
+	misfitPodAffinity
+	misfitPodAntiAffinity
+	misfitExistingAntiAffinity
+	misfitSpreadLabel
+	misfitSpread
+	misfitHostPort
+	misfitVolumeNode
+	misfitVolumeBinding
+	misfitVolumeLimit
 )
 
 var misfitReasons = [...]string{
@@ -68,6 +87,16 @@ var misfitReasons = [...]string{
 	misfitLiveGPUMemory:   ReasonLiveGPUMemory,
 	misfitDevices:         ReasonDevices,
 	misfitChosenGPUsTaken: ReasonChosenGPUsTaken,
+
+	misfitPodAffinity:          ReasonPodAffinity,
+	misfitPodAntiAffinity:      ReasonPodAntiAffinity,
+	misfitExistingAntiAffinity: ReasonExistingAntiAffinity,
+	misfitSpreadLabel:          ReasonSpreadLabel,
+	misfitSpread:               ReasonSpread,
+	misfitHostPort:             ReasonHostPort,
+	misfitVolumeNode:           ReasonVolumeNode,
+	misfitVolumeBinding:        ReasonVolumeBinding,
+	misfitVolumeLimit:          ReasonVolumeLimit,
 }
 
 // Feasible reports whether node n can take pod p as the node is now, and if not,
@@ -75,7 +104,14 @@ var misfitReasons = [...]string{
 // GPU, the most free on one GPU is 12.0 GiB").
 func Feasible(n *model.Node, p *model.Pod) (ok bool, reason string) {
 	t := newPodTerms(p)
-	m := t.check(n)
+	m := t.staticMisfit(n)
+	if m == fits && p.Constraints != nil {
+		// Only what the node itself decides: domain-wide constraints need a View.
+		m = (&constraintState{pod: p, c: p.Constraints, terms: t}).localMisfit(n)
+	}
+	if m == fits {
+		m = t.resourceMisfit(n)
+	}
 	if m == fits {
 		return true, ""
 	}

@@ -209,22 +209,37 @@ func (p *Placer) cacheFor(i int, n *model.Node) *nodeCache {
 func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 	p.adaptTo(v)
 	q := newPodQuery(pod)
+	cs := newConstraintState(v, pod, q.terms)
 	best, bestGPU := -1, -1
 	var bestRank rank
+	var cands []candidate
 	for i, n := range v.nodes {
 		c := p.cacheFor(i, n)
 		if (n.Unschedulable || q.terms.affinity != nil || len(n.Taints) > 0 || q.chosen != nil) && q.terms.staticMisfit(n) != fits {
 			continue
 		}
+		if cs != nil && cs.misfit(n) != fits {
+			continue
+		}
 		verdict := p.verdict(c, n, q)
+		if verdict.misfit != fits {
+			continue
+		}
+		if cs != nil && cs.scoring {
+			cands = append(cands, candidate{i, verdict.rank, verdict.gpu})
+			continue
+		}
 		// Equal ranks go to the first node in snapshot order, so a placement is
 		// reproducible.
-		if verdict.misfit == fits && (best < 0 || verdict.rank.less(bestRank)) {
+		if best < 0 || verdict.rank.less(bestRank) {
 			best, bestRank, bestGPU = i, verdict.rank, verdict.gpu
 		}
 	}
+	if len(cands) > 0 {
+		best, bestGPU = cs.pick(v, cands)
+	}
 	if best < 0 {
-		return Placement{}, p.unschedulable(v, q)
+		return Placement{}, p.unschedulable(v, q, cs)
 	}
 	n := v.nodes[best]
 	if q.chosen != nil {
@@ -233,10 +248,17 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 	return Placement{Pod: pod.ID, Node: n.Name, GPUs: bindGPUs(n, pod.GPU, bestGPU)}, nil
 }
 
-func (p *Placer) unschedulable(v *View, q *podQuery) *Unschedulable {
+func (p *Placer) unschedulable(v *View, q *podQuery, cs *constraintState) *Unschedulable {
 	reasons := map[string]int{}
 	for _, n := range v.nodes {
-		if m := q.terms.check(n); m != fits {
+		m := q.terms.staticMisfit(n)
+		if m == fits && cs != nil {
+			m = cs.misfit(n)
+		}
+		if m == fits {
+			m = q.terms.resourceMisfit(n)
+		}
+		if m != fits {
 			reasons[q.terms.reason(n, m)]++
 		}
 	}

@@ -23,25 +23,46 @@ type View struct {
 	// made or last committed; Commit hands exactly these to the parent.
 	touched    []int
 	touchedSet map[int]struct{}
+	// affinityNodes counts nodes holding a pod with pod (anti-)affinity terms, so that
+	// a pod without constraints skips the inter-pod checks when there are none.
+	affinityNodes int
 }
 
 // NewView returns a root view of s. Committing it writes the changed nodes into s.
 func NewView(s *model.Snapshot) *View {
-	return &View{
+	v := &View{
 		snapshot:   s,
 		nodes:      append([]*model.Node(nil), s.Nodes...),
 		touchedSet: map[int]struct{}{},
 	}
+	for _, n := range v.nodes {
+		if n.AffinityPods > 0 {
+			v.affinityNodes++
+		}
+	}
+	return v
+}
+
+// setNode replaces the i-th node, keeping affinityNodes.
+func (v *View) setNode(i int, n *model.Node) {
+	if v.nodes[i].AffinityPods > 0 {
+		v.affinityNodes--
+	}
+	if n.AffinityPods > 0 {
+		v.affinityNodes++
+	}
+	v.nodes[i] = n
 }
 
 // Fork returns a child transaction: it starts as v's current state, and its writes
 // reach v only on Commit.
 func (v *View) Fork() *View {
 	return &View{
-		snapshot:   v.snapshot,
-		parent:     v,
-		nodes:      append([]*model.Node(nil), v.nodes...),
-		touchedSet: map[int]struct{}{},
+		snapshot:      v.snapshot,
+		parent:        v,
+		nodes:         append([]*model.Node(nil), v.nodes...),
+		touchedSet:    map[int]struct{}{},
+		affinityNodes: v.affinityNodes,
 	}
 }
 
@@ -51,7 +72,7 @@ func (v *View) Fork() *View {
 func (v *View) Commit() {
 	for _, i := range v.touched {
 		if v.parent != nil {
-			v.parent.nodes[i] = v.nodes[i]
+			v.parent.setNode(i, v.nodes[i])
 			v.parent.touch(i)
 		} else {
 			v.snapshot.AddNode(v.nodes[i])
@@ -89,7 +110,7 @@ func (v *View) Assign(p *model.Pod, pl Placement) {
 		}
 	}
 	n.Book(p, pl.GPUs)
-	v.nodes[i] = n
+	v.setNode(i, n)
 }
 
 // Release undoes the booking of a bound pod (p.Node, p.GPUs): what preemption
@@ -100,7 +121,7 @@ func (v *View) Release(p *model.Pod) {
 	}
 	i, n := v.writable(p.Node)
 	n.Unbook(p, p.GPUs)
-	v.nodes[i] = n
+	v.setNode(i, n)
 }
 
 // writable returns a fresh copy of the named node for a write, and marks it touched.
