@@ -29,6 +29,9 @@ type Constraints struct {
 	HostPorts []HostPort
 	// Volumes are what the pod's PersistentVolumeClaims ask of a node; nil when none.
 	Volumes *VolumeNeeds
+	// ExclusiveClaims are the pod's ReadWriteOncePod claims ("ns/name"): no other
+	// pod may use one (VolumeRestrictions).
+	ExclusiveClaims []string
 	// Refusals are reasons no node can fix, one per field or object (a field Gantry
 	// does not implement, a missing claim): the pod stays pending with them. Each
 	// names the field and says what to change.

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -30,6 +31,9 @@ type constraintState struct {
 	affinityCounts map[topoPair]int
 	antiCounts     map[topoPair]int
 	hardSpread     []spreadState
+	// claimInUse is true when another pod uses one of the pod's ReadWriteOncePod
+	// claims.
+	claimInUse bool
 	// scoring is true when nodes that fit must be ranked by preference first.
 	scoring bool
 }
@@ -60,6 +64,9 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms) *constraintSta
 		s.countAffinity(v)
 	}
 	s.hardSpread = hardSpread(v, pod, terms, s.c.Spread)
+	if len(s.c.ExclusiveClaims) > 0 {
+		s.claimInUse = exclusiveClaimInUse(v, pod)
+	}
 	s.scoring = v.affinityNodes > 0 || len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity) > 0
 	for i := range s.c.Spread {
 		if !s.c.Spread[i].Hard {
@@ -216,6 +223,9 @@ func countSelected(n *model.Node, sel labels.Selector, ns string) int {
 
 // misfit checks n against the constraints.
 func (s *constraintState) misfit(n *model.Node) misfit {
+	if s.claimInUse {
+		return misfitClaimInUse
+	}
 	if m := s.localMisfit(n); m != fits {
 		return m
 	}
@@ -293,6 +303,24 @@ func hostPortTaken(n *model.Node, ports []model.HostPort) bool {
 		for _, held := range p.Constraints.HostPorts {
 			for _, want := range ports {
 				if held.Conflicts(want) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// exclusiveClaimInUse reports whether a pod other than pod uses one of its
+// ReadWriteOncePod claims.
+func exclusiveClaimInUse(v *View, pod *model.Pod) bool {
+	for _, n := range v.nodes {
+		for _, e := range n.Pods {
+			if e.ID == pod.ID || e.Constraints == nil {
+				continue
+			}
+			for _, claim := range e.Constraints.ExclusiveClaims {
+				if slices.Contains(pod.Constraints.ExclusiveClaims, claim) {
 					return true
 				}
 			}

@@ -157,3 +157,21 @@ func matchTopology(terms []corev1.TopologySelectorTerm, nodeLabels map[string]st
 	}
 	return false
 }
+
+// VolumeFor says how a WaitForFirstConsumer claim gets its volume on node n: the
+// name of an available volume that admits n (to bind to the claim), or "" with
+// provision true when a new one is to be provisioned there. ok is false when
+// neither can serve n.
+func VolumeFor(n *model.Node, c *model.DelayedClaim) (volume string, provision, ok bool) {
+	for i := range c.Available {
+		if volumeAdmits(n, &c.Available[i]) {
+			return c.Available[i].Volume, false, true
+		}
+	}
+	only := *c
+	only.Available = nil
+	if delayedClaimFits(n, &only) {
+		return "", true, true
+	}
+	return "", false, false
+}

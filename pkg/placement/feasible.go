@@ -38,6 +38,7 @@ const (
 	ReasonVolumeNode           = "node(s) had volume node affinity conflict"
 	ReasonVolumeBinding        = "node(s) didn't find available persistent volumes to bind"
 	ReasonVolumeLimit          = "node(s) exceed max volume count"
+	ReasonClaimInUse           = "a ReadWriteOncePod PersistentVolumeClaim of the pod is used by another pod"
 )
 
 // misfit is why a node cannot take a pod; fits when it can. Checks return a code
@@ -69,6 +70,7 @@ const (
 	misfitVolumeNode
 	misfitVolumeBinding
 	misfitVolumeLimit
+	misfitClaimInUse
 )
 
 var misfitReasons = [...]string{
@@ -97,6 +99,7 @@ var misfitReasons = [...]string{
 	misfitVolumeNode:           ReasonVolumeNode,
 	misfitVolumeBinding:        ReasonVolumeBinding,
 	misfitVolumeLimit:          ReasonVolumeLimit,
+	misfitClaimInUse:           ReasonClaimInUse,
 }
 
 // Feasible reports whether node n can take pod p as the node is now, and if not,

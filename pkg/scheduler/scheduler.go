@@ -180,6 +180,10 @@ func (c *cycle) admit(skip func(model.GangID) bool, queueErr error) (nominated [
 			plan.pend(w, PendingIncomplete, w.gang.Missing)
 			continue
 		}
+		if kind, why := refusal(w); why != "" {
+			plan.pend(w, kind, why)
+			continue
+		}
 		if q := w.gang.Queue; q != "" && len(snap.Queues) > 0 {
 			if err := fairshare.ValidatePodQueue(snap.Queues, q); err != nil {
 				plan.pend(w, PendingQueueInvalid, err.Error())

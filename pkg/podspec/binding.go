@@ -1,0 +1,93 @@
+package podspec
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
+)
+
+// annBoundByController marks a volume the scheduler pre-bound, as kube-scheduler's
+// volume binder does, so that the PV controller completes the binding.
+const annBoundByController = "pv.kubernetes.io/bound-by-controller"
+
+// VolumeAction is what placing a pod on a node asks of one of its
+// WaitForFirstConsumer claims: bind an available volume to it, or provision one on
+// the node (the volume.kubernetes.io/selected-node annotation).
+type VolumeAction struct {
+	Namespace, Claim string
+	// Volume is the available volume to bind; empty to provision on Node.
+	Volume string
+	Node   string
+}
+
+// PlanVolumeBinding lists the actions for pod's delayed claims on node n, the node
+// the core chose (its checks admitted n, so every claim has a way).
+func PlanVolumeBinding(pod *model.Pod, n *model.Node) ([]VolumeAction, error) {
+	c := pod.Constraints
+	if c == nil || c.Volumes == nil {
+		return nil, nil
+	}
+	var out []VolumeAction
+	for i := range c.Volumes.Delayed {
+		d := &c.Volumes.Delayed[i]
+		volume, _, ok := placement.VolumeFor(n, d)
+		if !ok {
+			return nil, fmt.Errorf("claim %s of pod %s cannot get a volume on node %s", d.Claim, pod.ID, n.Name)
+		}
+		out = append(out, VolumeAction{Namespace: pod.Namespace(), Claim: d.Claim, Volume: volume, Node: n.Name})
+	}
+	return out, nil
+}
+
+// ApplyVolumeBinding carries the actions out before the pod is bound: an available
+// volume gets the claim as its claimRef; a claim to provision gets the
+// selected-node annotation, which the external provisioner acts on.
+func ApplyVolumeBinding(ctx context.Context, client kubernetes.Interface, actions []VolumeAction) error {
+	for _, a := range actions {
+		if a.Volume == "" {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationSelectedNode: a.Node}}})
+			if _, err := client.CoreV1().PersistentVolumeClaims(a.Namespace).Patch(ctx, a.Claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("select node %s for claim %s/%s: %w", a.Node, a.Namespace, a.Claim, err)
+			}
+			continue
+		}
+		if err := bindVolume(ctx, client, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bindVolume(ctx context.Context, client kubernetes.Interface, a VolumeAction) error {
+	claim, err := client.CoreV1().PersistentVolumeClaims(a.Namespace).Get(ctx, a.Claim, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("bind volume %s to claim %s/%s: %w", a.Volume, a.Namespace, a.Claim, err)
+	}
+	pv, err := client.CoreV1().PersistentVolumes().Get(ctx, a.Volume, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("bind volume %s to claim %s/%s: %w", a.Volume, a.Namespace, a.Claim, err)
+	}
+	if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID != claim.UID {
+		return fmt.Errorf("bind volume %s to claim %s/%s: the volume was taken by %s/%s", a.Volume, a.Namespace, a.Claim, pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name)
+	}
+	pv.Spec.ClaimRef = &corev1.ObjectReference{
+		Kind: "PersistentVolumeClaim", APIVersion: "v1",
+		Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID, ResourceVersion: claim.ResourceVersion,
+	}
+	if pv.Annotations == nil {
+		pv.Annotations = map[string]string{}
+	}
+	pv.Annotations[annBoundByController] = "yes"
+	if _, err := client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("bind volume %s to claim %s/%s: %w", a.Volume, a.Namespace, a.Claim, err)
+	}
+	return nil
+}
