@@ -328,3 +328,30 @@ func exclusiveClaimInUse(v *View, pod *model.Pod) bool {
 	}
 	return false
 }
+
+// fullMisfit runs every check PlacePod makes on n: static, constraints, resources.
+func fullMisfit(q *podQuery, cs *constraintState, n *model.Node) misfit {
+	m := q.terms.staticMisfit(n)
+	if m == fits && cs != nil {
+		m = cs.misfit(n)
+	}
+	if m == fits {
+		m = q.terms.resourceMisfit(n)
+	}
+	return m
+}
+
+// FitsOn lists, in snapshot order, the nodes of v that can take pod as v is now:
+// every filter PlacePod applies, without ranking. It is kube-scheduler's set of
+// feasible nodes, for tests and explanations.
+func FitsOn(v *View, pod *model.Pod) []string {
+	q := newPodQuery(pod)
+	cs := newConstraintState(v, pod, q.terms)
+	var out []string
+	for _, n := range v.nodes {
+		if fullMisfit(q, cs, n) == fits {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}

@@ -251,14 +251,7 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 func (p *Placer) unschedulable(v *View, q *podQuery, cs *constraintState) *Unschedulable {
 	reasons := map[string]int{}
 	for _, n := range v.nodes {
-		m := q.terms.staticMisfit(n)
-		if m == fits && cs != nil {
-			m = cs.misfit(n)
-		}
-		if m == fits {
-			m = q.terms.resourceMisfit(n)
-		}
-		if m != fits {
+		if m := fullMisfit(q, cs, n); m != fits {
 			reasons[q.terms.reason(n, m)]++
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
@@ -43,6 +44,9 @@ func Run(t *testing.T, sc Scenario) {
 			t.Fatal(err)
 		}
 		snap.Now = Now + int64(cycle-1)
+		if cycle == 1 {
+			checkFitsOn(t, snap, sc.Expect.FitsOn)
+		}
 		plan := s.Schedule(snap)
 		last = plan
 		if cycle == 1 {
@@ -86,6 +90,11 @@ func CheckPlan(t *testing.T, when string, plan *scheduler.Plan, want Expect) {
 	compare("binds", Binds(plan), want.Binds)
 	compare("evicted", Evicted(plan), want.Evicted)
 	compare("nominated", Nominated(plan), want.Nominated)
+	for gang, nodes := range want.Placed {
+		if got := placedOn(plan, gang); strings.Join(got, " ") != strings.Join(nodes, " ") {
+			t.Errorf("%s: %s placed on %v, want %v", when, gang, got, nodes)
+		}
+	}
 	if got := PendingKinds(plan); fmt.Sprint(got) != fmt.Sprint(orEmpty(want.Pending)) {
 		t.Errorf("%s: pending = %v, want %v", when, got, orEmpty(want.Pending))
 	}
@@ -272,4 +281,52 @@ func orEmpty(m map[string]scheduler.PendingKind) map[string]scheduler.PendingKin
 		return map[string]scheduler.PendingKind{}
 	}
 	return m
+}
+
+// placedOn lists the nodes of a gang's placements in plan, in pod order.
+func placedOn(plan *scheduler.Plan, gang string) []string {
+	var pls []placement.Placement
+	for _, b := range plan.Binds {
+		if string(b.Gang) == gang {
+			pls = append(pls, b.Placements...)
+		}
+	}
+	sort.Slice(pls, func(i, j int) bool { return pls[i].Pod < pls[j].Pod })
+	out := make([]string, len(pls))
+	for i, pl := range pls {
+		out[i] = pl.Node
+	}
+	return out
+}
+
+// checkFitsOn compares, for each gang named, the nodes its first pending pod fits on.
+func checkFitsOn(t *testing.T, snap *model.Snapshot, want map[string][]string) {
+	t.Helper()
+	if len(want) == 0 {
+		return
+	}
+	v := placement.NewView(snap)
+	for gang, nodes := range want {
+		g := snap.Gangs[model.GangID(gang)]
+		if g == nil {
+			t.Fatalf("FitsOn names gang %s, which the scenario does not declare", gang)
+		}
+		var pod *model.Pod
+		for _, p := range snap.GangPods(g) {
+			if !p.Bound() {
+				pod = p
+				break
+			}
+		}
+		if pod == nil {
+			t.Fatalf("FitsOn names gang %s, which has no pending pod", gang)
+		}
+		got := placement.FitsOn(v, pod)
+		sort.Strings(got)
+		w := slices.Clone(nodes)
+		sort.Strings(w)
+		if strings.Join(got, " ") != strings.Join(w, " ") {
+			t.Errorf("before cycle 1: %s fits on %v, want %v", gang, got, w)
+		}
+	}
 }

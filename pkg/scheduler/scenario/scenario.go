@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
@@ -57,6 +59,8 @@ type Scenario struct {
 	// Cycles > 1).
 	Settle int
 	Final  *Final
+	// NamespaceLabels are the namespaces' labels, for namespaceSelectors.
+	NamespaceLabels map[string]map[string]string
 	// Linger keeps evicted pods on the named node terminating (bound, holding their
 	// resources) for that many cycles before they go.
 	Linger map[string]int
@@ -73,6 +77,9 @@ type Node struct {
 	// most pods the node takes) to 110.
 	CPU, Memory, Pods int64
 	Labels            map[string]string
+	Taints            []corev1.Taint
+	// CSILimits are the node's CSI attach limits per driver.
+	CSILimits map[string]int
 }
 
 // Queue is a queue with its GPU bounds; CPU and memory are unbounded (quota and limit
@@ -125,6 +132,9 @@ type Gang struct {
 	Bound int
 	// StartedAgo is how long ago a running gang started, in seconds (default 3600).
 	StartedAgo int64
+	// Pod is what every pod of the gang states beyond resources, in the API's terms
+	// (see Spec).
+	Spec
 }
 
 // Expect is what one cycle must decide. Every list is compared whole and sorted.
@@ -137,6 +147,12 @@ type Expect struct {
 	Nominated []string
 	// Pending maps every gang left pending to why.
 	Pending map[string]scheduler.PendingKind
+	// FitsOn maps a pending gang to the nodes its first pending pod fits on before
+	// the cycle (every filter, no ranking), in any order.
+	FitsOn map[string][]string
+	// Placed maps a bound gang to the nodes of its placements, one per pod in pod
+	// order.
+	Placed map[string][]string
 }
 
 // Final is the state after the last cycle.
@@ -154,6 +170,7 @@ func Build(sc Scenario) (*model.Snapshot, error) {
 	snap := model.NewSnapshot()
 	snap.Now = Now
 	snap.DefaultQueue = sc.DefaultQueue
+	snap.NamespaceLabels = sc.NamespaceLabels
 	for _, n := range sc.Nodes {
 		snap.AddNode(newNode(n))
 	}
@@ -172,8 +189,10 @@ func newNode(n Node) *model.Node {
 	out := &model.Node{
 		Name:        n.Name,
 		Labels:      n.Labels,
+		Taints:      n.Taints,
 		Allocatable: model.Resources{MilliCPU: or(n.CPU, 64000), MemoryBytes: or(n.Memory, 512*GiB), Pods: or(n.Pods, 110)},
 	}
+	out.CSIAttachLimits = n.CSILimits
 	gpuModel := n.Model
 	if gpuModel == "" {
 		gpuModel = "NVIDIA-H100"
@@ -235,7 +254,7 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 	}
 	for i := 0; i < size; i++ {
 		p := &model.Pod{
-			ID: PodID(g.Name, i), UID: fmt.Sprintf("uid-%s-%d", g.Name, i), Gang: id,
+			ID: podIDIn(g.Namespace, g.Name, i), UID: fmt.Sprintf("uid-%s-%d", g.Name, i), Gang: id,
 			Queue: g.Queue, Priority: g.Priority, Preemptible: !g.NonPreemptible,
 			Requests:     model.Resources{MilliCPU: or(g.CPU, 1000), MemoryBytes: or(g.Memory, GiB), Pods: 1},
 			GPU:          model.GPUDemand{Count: g.GPUs},
@@ -245,6 +264,9 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 		}
 		if g.BestEffort {
 			p.Requests = model.Resources{Pods: 1}
+		}
+		if err := g.Spec.apply(snap, p, g.Name, i); err != nil {
+			return fmt.Errorf("scenario: gang %s: %w", g.Name, err)
 		}
 		if sel, ok := g.PodNodeSelectors[i]; ok {
 			p.NodeSelector = sel

@@ -1,4 +1,7 @@
-package podspec
+// Package volumebind writes a placement's volume decisions: it binds available
+// volumes to WaitForFirstConsumer claims and marks claims to provision with the
+// chosen node, as kube-scheduler's volume binder does before it binds the pod.
+package volumebind
 
 import (
 	"context"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/placement"
+	"github.com/gantry-dev/gantry/pkg/podspec"
 )
 
 // annBoundByController marks a volume the scheduler pre-bound, as kube-scheduler's
@@ -28,9 +32,9 @@ type VolumeAction struct {
 	Node   string
 }
 
-// PlanVolumeBinding lists the actions for pod's delayed claims on node n, the node
+// Plan lists the actions for pod's delayed claims on node n, the node
 // the core chose (its checks admitted n, so every claim has a way).
-func PlanVolumeBinding(pod *model.Pod, n *model.Node) ([]VolumeAction, error) {
+func Plan(pod *model.Pod, n *model.Node) ([]VolumeAction, error) {
 	c := pod.Constraints
 	if c == nil || c.Volumes == nil {
 		return nil, nil
@@ -47,13 +51,13 @@ func PlanVolumeBinding(pod *model.Pod, n *model.Node) ([]VolumeAction, error) {
 	return out, nil
 }
 
-// ApplyVolumeBinding carries the actions out before the pod is bound: an available
+// Apply carries the actions out before the pod is bound: an available
 // volume gets the claim as its claimRef; a claim to provision gets the
 // selected-node annotation, which the external provisioner acts on.
-func ApplyVolumeBinding(ctx context.Context, client kubernetes.Interface, actions []VolumeAction) error {
+func Apply(ctx context.Context, client kubernetes.Interface, actions []VolumeAction) error {
 	for _, a := range actions {
 		if a.Volume == "" {
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationSelectedNode: a.Node}}})
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{podspec.AnnotationSelectedNode: a.Node}}})
 			if _, err := client.CoreV1().PersistentVolumeClaims(a.Namespace).Patch(ctx, a.Claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				return fmt.Errorf("select node %s for claim %s/%s: %w", a.Node, a.Namespace, a.Claim, err)
 			}
