@@ -108,3 +108,99 @@ func TestKubeRequiredAffinitySingleNode(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { c.run(t, ipaSource+"TestRequiredAffinitySingleNode/"+c.name) })
 	}
 }
+
+// TestKubeRequiredAffinityMultipleNodes ports TestRequiredAffinityMultipleNodes.
+func TestKubeRequiredAffinityMultipleNodes(t *testing.T) {
+	podLabelA := map[string]string{"foo": "bar"}
+	china := map[string]string{"region": "China"}
+	chinaAz1 := map[string]string{"region": "China", "az": "az1"}
+	india := map[string]string{"region": "India"}
+	rz := func(name, region, zone string) scenario.Node {
+		return knode(name, map[string]string{"region": region, "zone": zone, "hostname": name})
+	}
+	hostOnly := []scenario.Node{knode("nodeA", map[string]string{corev1.LabelHostname: "nodeA"}), knode("nodeB", map[string]string{corev1.LabelHostname: "nodeB"})}
+	threeRegions := func(a, b, c string) []scenario.Node {
+		return []scenario.Node{knode(a, china), knode(b, chinaAz1), knode(c, india)}
+	}
+	cases := []filterCase{
+		{name: "A pod can be scheduled onto all the nodes that have the same topology key & label value with one of them has an existing pod that matches the affinity rules",
+			pod: mkPod().Aff(term("foo", in, "region", "bar")), pods: []*kpod{mkPod().Node("node1").Labels(podLabelA)},
+			nodes: threeRegions("node1", "node2", "node3"), fits: []string{"node1", "node2"}},
+		{name: "The affinity rule is to schedule all of the pods of this collection to the same zone. The first pod of the collection should not be blocked from being scheduled onto any node, even there's no existing pod that matches the rule anywhere.",
+			pod:   mkPod().Labels(map[string]string{"foo": "bar", "service": "securityscan"}).Aff(term("foo", in, "zone", "bar")).Aff(term("service", in, "zone", "securityscan")),
+			pods:  []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": "bar"})},
+			nodes: []scenario.Node{knode("nodeA", map[string]string{"zone": "az1", "hostname": "h1"}), knode("nodeB", map[string]string{"zone": "az2", "hostname": "h2"})},
+			fits:  []string{"nodeA", "nodeB"}},
+		{name: "The first pod of the collection can only be scheduled on nodes labelled with the requested topology keys",
+			pod:   mkPod().Labels(map[string]string{"foo": "bar", "service": "securityscan"}).Aff(term("foo", in, "zone", "bar")).Aff(term("service", in, "zone", "securityscan")),
+			pods:  []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": "bar"})},
+			nodes: []scenario.Node{knode("nodeA", map[string]string{"zoneLabel": "az1", "hostname": "h1"}), knode("nodeB", map[string]string{"zoneLabel": "az2", "hostname": "h2"})}},
+		{name: "NodeA and nodeB have same topologyKey and label value. NodeA has an existing pod that matches the inter pod affinity rule. The pod can not be scheduled onto nodeA and nodeB.",
+			pod: mkPod().Anti(term("foo", in, "region", "abc")), pods: []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": "abc"})},
+			nodes: []scenario.Node{knode("nodeA", map[string]string{"region": "r1", "hostname": "nodeA"}), knode("nodeB", map[string]string{"region": "r1", "hostname": "nodeB"})}},
+		{name: "This test ensures that anti-affinity matches a pod when any term of the anti-affinity rule matches a pod.",
+			pod:   mkPod().Anti(term("foo", in, "region", "abc")).Anti(term("service", in, "zone", "securityscan")),
+			pods:  []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": "abc", "service": "securityscan"})},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2")}},
+		{name: "NodeA and nodeB have same topologyKey and label value. NodeA has an existing pod that matches the inter pod affinity rule. The pod can not be scheduled onto nodeA and nodeB but can be scheduled onto nodeC",
+			pod: mkPod().Anti(term("foo", in, "region", "abc")), pods: []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": "abc"})},
+			nodes: threeRegions("nodeA", "nodeB", "nodeC"), fits: []string{"nodeC"}},
+		{name: "NodeA and nodeB have same topologyKey and label value. NodeA has an existing pod that matches the inter pod affinity rule. The pod can not be scheduled onto nodeA, nodeB, but can be scheduled onto nodeC (NodeC has an existing pod that match the inter pod affinity rule but in different namespace)",
+			pod: mkPod().NS("NS1").Labels(map[string]string{"foo": "123"}).Anti(term("foo", in, "region", "bar")),
+			pods: []*kpod{mkPod().Node("nodeA").NS("NS1").Labels(map[string]string{"foo": "bar"}),
+				mkPod().Node("nodeC").NS("NS2").Anti(term("foo", in, "region", "123"))},
+			nodes: threeRegions("nodeA", "nodeB", "nodeC"), fits: []string{"nodeC"}},
+		{name: "Test existing pod's anti-affinity: if an existing pod has a term with invalid topologyKey, labelSelector of the term is firstly checked, and then topologyKey of the term is also checked",
+			pod: mkPod().Label("foo", ""), pods: []*kpod{mkPod().Node("nodeA").Anti(term("foo", exists, "invalid-node-label"))},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z1")}, fits: []string{"nodeA", "nodeB"}},
+		{name: "Test incoming pod's anti-affinity: even if labelSelector matches, we still check if topologyKey matches",
+			pod: mkPod().Anti(term("foo", exists, "invalid-node-label")), pods: []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": ""})},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z1")}, fits: []string{"nodeA", "nodeB"}},
+		{name: "Test existing pod's anti-affinity: incoming pod wouldn't considered as a fit as it violates each existingPod's terms on all nodes",
+			pod:   mkPod().Label("foo", "").Label("bar", ""),
+			pods:  []*kpod{mkPod().Node("nodeA").Anti(term("foo", exists, "zone")), mkPod().Node("nodeA").Anti(term("bar", exists, "region"))},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2")}},
+		{name: "Test incoming pod's anti-affinity: incoming pod wouldn't considered as a fit as it at least violates one anti-affinity rule of existingPod",
+			pod:   mkPod().Anti(term("foo", exists, "zone")).Anti(term("bar", exists, "region")),
+			pods:  []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": ""}), mkPod().Node("nodeB").Labels(map[string]string{"bar": ""})},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2")}},
+		{name: "Test existing pod's anti-affinity: only when labelSelector and topologyKey both match, it's counted as a single term match - case when one term has invalid topologyKey",
+			pod:   mkPod().Label("foo", "").Label("bar", ""),
+			pods:  []*kpod{mkPod().Node("nodeA").Anti(term("foo", exists, "invalid-node-label")).Anti(term("bar", exists, "zone"))},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2")}, fits: []string{"nodeB"}},
+		{name: "Test incoming pod's anti-affinity: only when labelSelector and topologyKey both match, it's counted as a single term match - case when one term has invalid topologyKey",
+			pod:   mkPod().Anti(term("foo", exists, "invalid-node-label")).Anti(term("bar", exists, "zone")),
+			pods:  []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": "", "bar": ""})},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2")}, fits: []string{"nodeB"}},
+		{name: "Test existing pod's anti-affinity: only when labelSelector and topologyKey both match, it's counted as a single term match - case when all terms have valid topologyKey",
+			pod:   mkPod().Label("foo", "").Label("bar", ""),
+			pods:  []*kpod{mkPod().Node("nodeA").Anti(term("foo", exists, "region")).Anti(term("bar", exists, "zone"))},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2")}},
+		{name: "Test incoming pod's anti-affinity: only when labelSelector and topologyKey both match, it's counted as a single term match - case when all terms have valid topologyKey",
+			pod:   mkPod().Anti(term("foo", exists, "region")).Anti(term("bar", exists, "zone")),
+			pods:  []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": "", "bar": ""})},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2")}},
+		{name: "Test existing pod's anti-affinity: existingPod on nodeA and nodeB has at least one anti-affinity term matches incoming pod, so incoming pod can only be scheduled to nodeC",
+			pod: mkPod().Label("foo", "").Label("bar", ""),
+			pods: []*kpod{mkPod().Node("nodeA").Anti(term("foo", exists, "zone")).Anti(term("labelA", exists, "zone")),
+				mkPod().Node("nodeB").Anti(term("bar", exists, "zone")).Anti(term("labelB", exists, "zone"))},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2"), rz("nodeC", "r1", "z3")}, fits: []string{"nodeC"}},
+		{name: "Test incoming pod's affinity: firstly check if all affinityTerms match, and then check if all topologyKeys match",
+			pod:   mkPod().Aff(term("foo", exists, "region")).Aff(term("bar", exists, "zone")),
+			pods:  []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": "", "bar": ""})},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z1")}, fits: []string{"nodeA", "nodeB"}},
+		{name: "Test incoming pod's affinity: firstly check if all affinityTerms match, and then check if all topologyKeys match, and the match logic should be satisfied on the same pod",
+			pod:   mkPod().Aff(term("foo", exists, "region")).Aff(term("bar", exists, "zone")),
+			pods:  []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": ""}), mkPod().Node("nodeB").Labels(map[string]string{"bar": ""})},
+			nodes: []scenario.Node{rz("nodeA", "r1", "z1"), rz("nodeB", "r1", "z2")}},
+		{name: "Test incoming pod's host-scoped affinity (fast path)",
+			pod: mkPod().Aff(term("foo", exists, corev1.LabelHostname)), pods: []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": ""})},
+			nodes: hostOnly, fits: []string{"nodeA"}},
+		{name: "Test incoming pod's host-scoped anti-affinity (fast path)",
+			pod: mkPod().Anti(term("foo", exists, corev1.LabelHostname)), pods: []*kpod{mkPod().Node("nodeA").Labels(map[string]string{"foo": ""})},
+			nodes: hostOnly, fits: []string{"nodeB"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, ipaSource+"TestRequiredAffinityMultipleNodes/"+c.name) })
+	}
+}
