@@ -19,10 +19,12 @@ import (
 
 // kpod is a pod under construction.
 type kpod struct {
-	name string
-	node string
-	spec scenario.Spec
+	node         string
+	nodeSelector map[string]string
+	spec         scenario.Spec
 }
+
+func (p *kpod) NodeSelector(s map[string]string) *kpod { p.nodeSelector = s; return p }
 
 func mkPod() *kpod { return &kpod{spec: scenario.Spec{Namespace: "default"}} }
 
@@ -174,9 +176,9 @@ func (c filterCase) run(t *testing.T, source string) {
 	t.Helper()
 	sc := scenario.Scenario{Name: c.name, Source: source, Differs: c.differs, Nodes: c.nodes, NoPreemption: true, NamespaceLabels: c.nsl}
 	for i, p := range c.pods {
-		sc.Gangs = append(sc.Gangs, scenario.Gang{Name: fmt.Sprintf("existing%d", i), On: p.node, BestEffort: true, Spec: p.spec})
+		sc.Gangs = append(sc.Gangs, scenario.Gang{Name: fmt.Sprintf("existing%d", i), On: p.node, BestEffort: true, NodeSelector: p.nodeSelector, Spec: p.spec})
 	}
-	sc.Gangs = append(sc.Gangs, scenario.Gang{Name: "incoming", BestEffort: true, Spec: c.pod.spec})
+	sc.Gangs = append(sc.Gangs, scenario.Gang{Name: "incoming", BestEffort: true, NodeSelector: c.pod.nodeSelector, Spec: c.pod.spec})
 	switch {
 	case c.refuse != "":
 		sc.Expect.Pending = map[string]scheduler.PendingKind{"incoming": c.refuse}
