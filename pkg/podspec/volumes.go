@@ -98,7 +98,10 @@ func addBound(c *model.Constraints, needs *model.VolumeNeeds, field string, clai
 	case pv == nil:
 		refuse(c, model.RefusalVolume, field, "persistentvolumeclaim %q is bound to persistentvolume %q, which does not exist: recreate the claim", claim.Name, claim.Spec.VolumeName)
 		return
-	case pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Name != claim.Name || pv.Spec.ClaimRef.Namespace != claim.Namespace ||
+	case pv.Spec.ClaimRef == nil:
+		refuse(c, model.RefusalVolume, field, "persistentvolumeclaim %q names persistentvolume %q, which does not name the claim yet: wait for the volume controller to bind them", claim.Name, pv.Name)
+		return
+	case pv.Spec.ClaimRef.Name != claim.Name || pv.Spec.ClaimRef.Namespace != claim.Namespace ||
 		(pv.Spec.ClaimRef.UID != "" && pv.Spec.ClaimRef.UID != claim.UID):
 		refuse(c, model.RefusalVolume, field, "persistentvolumeclaim %q names persistentvolume %q, which is bound to another claim: use a claim of its own", claim.Name, pv.Name)
 		return

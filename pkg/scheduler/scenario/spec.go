@@ -16,13 +16,15 @@ import (
 // ported from kube-scheduler's tests keeps its objects.
 type Spec struct {
 	// Namespace defaults to "ns".
-	Namespace   string
-	Labels      map[string]string
-	Affinity    *corev1.Affinity
-	Spread      []corev1.TopologySpreadConstraint
-	Ports       []corev1.ContainerPort
-	Tolerations []corev1.Toleration
-	Volumes     []corev1.Volume
+	Namespace string
+	Labels    map[string]string
+	Affinity  *corev1.Affinity
+	Spread    []corev1.TopologySpreadConstraint
+	Ports     []corev1.ContainerPort
+	// InitContainers are the pod's init containers (sidecars hold their ports).
+	InitContainers []corev1.Container
+	Tolerations    []corev1.Toleration
+	Volumes        []corev1.Volume
 	// Storage holds the claims, volumes and classes the Volumes refer to.
 	Storage *Storage
 	// Terminating marks running pods as being deleted.
@@ -91,6 +93,7 @@ func (s Spec) apply(snap *model.Snapshot, p *model.Pod, name string, i int) erro
 			Affinity:                  s.Affinity,
 			TopologySpreadConstraints: s.Spread,
 			Containers:                []corev1.Container{{Name: "c", Ports: s.Ports}},
+			InitContainers:            s.InitContainers,
 			Volumes:                   s.Volumes,
 		},
 	}
