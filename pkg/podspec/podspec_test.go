@@ -1,0 +1,169 @@
+package podspec
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+type fakeLookup struct {
+	claims  map[string]*corev1.PersistentVolumeClaim
+	volumes map[string]*corev1.PersistentVolume
+	classes map[string]*storagev1.StorageClass
+	keys    map[string][]string
+}
+
+func (f *fakeLookup) Claim(ns, name string) *corev1.PersistentVolumeClaim { return f.claims[ns+"/"+name] }
+func (f *fakeLookup) Volume(name string) *corev1.PersistentVolume         { return f.volumes[name] }
+func (f *fakeLookup) StorageClass(name string) *storagev1.StorageClass    { return f.classes[name] }
+func (f *fakeLookup) AvailableVolumes(class string) []*corev1.PersistentVolume {
+	var out []*corev1.PersistentVolume
+	for _, v := range f.volumes {
+		if v.Spec.StorageClassName == class && v.Spec.ClaimRef == nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+func (f *fakeLookup) DriverTopologyKeys(d string) []string { return f.keys[d] }
+
+func pod() *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1", Labels: map[string]string{"app": "a", "rev": "7"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+}
+
+func TestNoConstraintsIsNil(t *testing.T) {
+	if c := Constraints(pod(), nil, nil); c != nil {
+		t.Fatalf("a plain pod has constraints %+v", c)
+	}
+}
+
+func TestAffinityTermDefaults(t *testing.T) {
+	p := pod()
+	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		{LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}, TopologyKey: "zone", MatchLabelKeys: []string{"rev"}},
+		{TopologyKey: "zone", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "x"}}},
+	}}}
+	c := Constraints(p, nil, map[string]map[string]string{"other": {"team": "x"}, "third": {"team": "y"}})
+	if len(c.AntiAffinity) != 2 {
+		t.Fatalf("anti-affinity terms = %d, want 2", len(c.AntiAffinity))
+	}
+	own := c.AntiAffinity[0]
+	if _, ok := own.Namespaces["ns"]; !ok || len(own.Namespaces) != 1 {
+		t.Errorf("term without namespaces looks at %v, want the pod's own", own.Namespaces)
+	}
+	if own.Selector.Matches(labels.Set{"app": "a", "rev": "6"}) || !own.Selector.Matches(labels.Set{"app": "a", "rev": "7"}) {
+		t.Errorf("matchLabelKeys not merged: selector %s", own.Selector)
+	}
+	nsTerm := c.AntiAffinity[1]
+	if _, ok := nsTerm.Namespaces["other"]; !ok || len(nsTerm.Namespaces) != 1 {
+		t.Errorf("namespaceSelector resolved to %v, want [other]", nsTerm.Namespaces)
+	}
+	if nsTerm.Selector.Matches(labels.Set{"app": "a"}) {
+		t.Error("a nil labelSelector must select nothing")
+	}
+}
+
+func TestSpreadDefaults(t *testing.T) {
+	p := pod()
+	honor := corev1.NodeInclusionPolicyHonor
+	p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{
+		{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}},
+		{MaxSkew: 2, TopologyKey: "rack", WhenUnsatisfiable: corev1.ScheduleAnyway, NodeTaintsPolicy: &honor, MinDomains: ptr(int32(3))},
+	}
+	c := Constraints(p, nil, nil)
+	hard, soft := c.Spread[0], c.Spread[1]
+	if !hard.Hard || hard.MinDomains != 1 || !hard.HonorNodeAffinity || hard.HonorNodeTaints {
+		t.Errorf("DoNotSchedule defaults wrong: %+v", hard)
+	}
+	if soft.Hard || soft.MinDomains != 3 || !soft.HonorNodeTaints {
+		t.Errorf("ScheduleAnyway constraint wrong: %+v", soft)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestHostPortsDefaults(t *testing.T) {
+	p := pod()
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80}, {HostPort: 8080, ContainerPort: 80}}
+	got := HostPorts(p)
+	if len(got) != 1 || got[0] != (model.HostPort{IP: "0.0.0.0", Protocol: "TCP", Port: 8080}) {
+		t.Fatalf("host ports = %+v", got)
+	}
+}
+
+func TestUnsupportedRequestsAndInlineVolumes(t *testing.T) {
+	p := pod()
+	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{"hugepages-2Mi": resource.MustParse("2Mi"), "example.com/fpga": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("1")}
+	p.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{RBD: &corev1.RBDVolumeSource{}}}}
+	c := Constraints(p, nil, nil)
+	msg := Refusals(c)
+	for _, want := range []string{"example.com/fpga, hugepages-2Mi", "spec.volumes[0].rbd", "remove the request"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("refusal %q does not say %q", msg, want)
+		}
+	}
+	for _, r := range c.Refusals {
+		if r.Kind != model.RefusalUnsupported {
+			t.Errorf("refusal kind %s, want unsupported", r.Kind)
+		}
+	}
+}
+
+func claimVolume(name string) corev1.Volume {
+	return corev1.Volume{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}
+}
+
+func TestVolumes(t *testing.T) {
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	class := "fast"
+	l := &fakeLookup{
+		claims: map[string]*corev1.PersistentVolumeClaim{
+			"ns/bound":   {ObjectMeta: metav1.ObjectMeta{Name: "bound", Namespace: "ns", UID: "c1"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv1"}},
+			"ns/late":    {ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}}},
+			"ns/p-eph":   {ObjectMeta: metav1.ObjectMeta{Name: "p-eph", Namespace: "ns"}},
+			"ns/stolen":  {ObjectMeta: metav1.ObjectMeta{Name: "stolen", Namespace: "ns", UID: "c2"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv2"}},
+			"ns/lostone": {ObjectMeta: metav1.ObjectMeta{Name: "lostone", Namespace: "ns"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimLost}},
+		},
+		volumes: map[string]*corev1.PersistentVolume{
+			"pv1": {ObjectMeta: metav1.ObjectMeta{Name: "pv1", Labels: map[string]string{corev1.LabelTopologyZone: "a__b"}},
+				Spec: corev1.PersistentVolumeSpec{ClaimRef: &corev1.ObjectReference{Namespace: "ns", Name: "bound", UID: "c1"},
+					PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "h1"}}}},
+			"pv2": {ObjectMeta: metav1.ObjectMeta{Name: "pv2"}, Spec: corev1.PersistentVolumeSpec{ClaimRef: &corev1.ObjectReference{Namespace: "ns", Name: "other"}}},
+		},
+		classes: map[string]*storagev1.StorageClass{"fast": {ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "d", VolumeBindingMode: &wffc}},
+		keys:    map[string][]string{"d": {"topology.d/zone"}},
+	}
+	p := pod()
+	p.Spec.Volumes = []corev1.Volume{claimVolume("bound"), claimVolume("late"),
+		{Name: "eph", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}}
+	c := Constraints(p, l, nil)
+	v := c.Volumes
+	if len(v.Bound) != 1 || len(v.Bound[0].Zones) != 1 || len(v.Bound[0].Zones[0].Values) != 2 {
+		t.Errorf("bound volumes = %+v", v.Bound)
+	}
+	if len(v.Delayed) != 1 || v.Delayed[0].Provisioner != "d" || v.Delayed[0].DriverTopologyKeys[0] != "topology.d/zone" {
+		t.Errorf("delayed claims = %+v", v.Delayed)
+	}
+	if len(v.Attach) != 2 || len(c.ExclusiveClaims) != 1 || c.ExclusiveClaims[0] != "ns/late" {
+		t.Errorf("attach %+v, exclusive %v", v.Attach, c.ExclusiveClaims)
+	}
+	if msg := Refusals(c); !strings.Contains(msg, "was not created for this pod") {
+		t.Errorf("an ephemeral claim not owned by the pod must be refused, got %q", msg)
+	}
+	for claim, want := range map[string]string{"nope": "not found", "stolen": "bound to another claim", "lostone": "lost its volume"} {
+		p := pod()
+		p.Spec.Volumes = []corev1.Volume{claimVolume(claim)}
+		c := Constraints(p, l, nil)
+		if len(c.Refusals) != 1 || c.Refusals[0].Kind != model.RefusalVolume || !strings.Contains(c.Refusals[0].Message, want) {
+			t.Errorf("claim %s: refusals %v, want one volume refusal saying %q", claim, c.Refusals, want)
+		}
+	}
+}
