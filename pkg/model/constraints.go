@@ -200,9 +200,10 @@ func (p *Pod) HasAntiAffinity() bool {
 	return p.Constraints != nil && len(p.Constraints.AntiAffinity) > 0
 }
 
-// HasAffinityTerms reports whether the pod has any pod affinity or anti-affinity
-// term, required or preferred.
+// HasAffinityTerms reports whether the pod has terms that score the pods placed
+// near it: required affinity, preferred affinity or anti-affinity. (Required
+// anti-affinity filters; see HasAntiAffinity.)
 func (p *Pod) HasAffinityTerms() bool {
 	c := p.Constraints
-	return c != nil && len(c.Affinity)+len(c.AntiAffinity)+len(c.PreferredAffinity)+len(c.PreferredAntiAffinity) > 0
+	return c != nil && len(c.Affinity)+len(c.PreferredAffinity)+len(c.PreferredAntiAffinity) > 0
 }

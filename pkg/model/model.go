@@ -97,8 +97,8 @@ type Node struct {
 	// AntiAffinityPods counts the Pods with required anti-affinity terms, so that a
 	// pod without constraints skips nodes where none can repel it.
 	AntiAffinityPods int
-	// AffinityPods counts the Pods with any pod affinity or anti-affinity term,
-	// required or preferred, which score the pods placed near them.
+	// AffinityPods counts the Pods with terms that score the pods placed near them
+	// (Pod.HasAffinityTerms).
 	AffinityPods int
 	// CSIAttachLimits is the most volumes each CSI driver may attach on the node
 	// (CSINode drivers[].allocatable.count); a driver not listed has no limit.

@@ -24,8 +24,9 @@ type constraintState struct {
 	terms    *podTerms
 	nsLabels labels.Set
 	// existingAnti are the domains where a placed pod's required anti-affinity
-	// selects this pod.
+	// selects this pod; antiKeys are their keys.
 	existingAnti map[topoPair]int
+	antiKeys     []string
 	// affinityCounts and antiCounts count, per domain, the placed pods that match
 	// all of the pod's required affinity terms, and each anti-affinity term.
 	affinityCounts map[topoPair]int
@@ -49,7 +50,7 @@ type spreadState struct {
 // newConstraintState prepares the constraint checks for pod in v, or returns nil
 // when none bears on it: it has no constraints and no placed pod has affinity terms.
 func newConstraintState(v *View, pod *model.Pod, terms *podTerms) *constraintState {
-	if pod.Constraints == nil && v.affinityNodes == 0 {
+	if pod.Constraints == nil && v.affinityNodes == 0 && v.antiNodes == 0 {
 		return nil
 	}
 	s := &constraintState{pod: pod, c: pod.Constraints, terms: terms}
@@ -59,7 +60,9 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms) *constraintSta
 	if nl := v.snapshot.NamespaceLabels; nl != nil {
 		s.nsLabels = nl[pod.Namespace()]
 	}
-	s.existingAnti = existingAntiAffinity(v, pod, s.nsLabels)
+	if v.antiNodes > 0 {
+		s.existingAnti, s.antiKeys = existingAntiAffinity(v, pod, s.nsLabels)
+	}
 	if len(s.c.Affinity)+len(s.c.AntiAffinity) > 0 {
 		s.countAffinity(v)
 	}
@@ -78,8 +81,9 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms) *constraintSta
 
 // existingAntiAffinity finds the domains where a placed pod's required
 // anti-affinity term selects pod.
-func existingAntiAffinity(v *View, pod *model.Pod, nsLabels labels.Set) map[topoPair]int {
+func existingAntiAffinity(v *View, pod *model.Pod, nsLabels labels.Set) (map[topoPair]int, []string) {
 	var out map[topoPair]int
+	var keys []string
 	for _, n := range v.nodes {
 		if n.AntiAffinityPods == 0 {
 			continue
@@ -98,10 +102,13 @@ func existingAntiAffinity(v *View, pod *model.Pod, nsLabels labels.Set) map[topo
 					out = map[topoPair]int{}
 				}
 				out[topoPair{t.TopologyKey, value}]++
+				if !slices.Contains(keys, t.TopologyKey) {
+					keys = append(keys, t.TopologyKey)
+				}
 			}
 		}
 	}
-	return out
+	return out, keys
 }
 
 // countAffinity counts, per domain, placed pods matching all the pod's required
@@ -240,11 +247,9 @@ func (s *constraintState) misfit(n *model.Node) misfit {
 			}
 		}
 	}
-	if len(s.existingAnti) > 0 {
-		for k, v := range n.Labels {
-			if s.existingAnti[topoPair{k, v}] > 0 {
-				return misfitExistingAntiAffinity
-			}
+	for _, k := range s.antiKeys {
+		if v, ok := n.Labels[k]; ok && s.existingAnti[topoPair{k, v}] > 0 {
+			return misfitExistingAntiAffinity
 		}
 	}
 	for i := range s.hardSpread {

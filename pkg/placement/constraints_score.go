@@ -25,7 +25,7 @@ const (
 // affinity and ScheduleAnyway spread, and by the preferred terms of the pods already
 // placed, as kube-scheduler's InterPodAffinity and PodTopologySpread score plugins
 // do (normalized and weighted as in its default profile). Higher is better.
-func (s *constraintState) preferenceScores(v *View, cands []*model.Node) []int64 {
+func (s *constraintState) preferenceScores(v *View, cands []candidate) []int64 {
 	out := make([]int64, len(cands))
 	ipa := s.interPodScores(v, cands)
 	spread := s.spreadScores(v, cands)
@@ -42,7 +42,7 @@ func (s *constraintState) preferenceScores(v *View, cands []*model.Node) []int64
 
 // interPodScores is InterPodAffinity's normalized score per candidate, or nil when
 // no term bears on the pod.
-func (s *constraintState) interPodScores(v *View, cands []*model.Node) []int64 {
+func (s *constraintState) interPodScores(v *View, cands []candidate) []int64 {
 	own := len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity) > 0
 	topo := map[string]map[string]int64{}
 	add := func(n *model.Node, key string, w int64) {
@@ -68,7 +68,8 @@ func (s *constraintState) interPodScores(v *View, cands []*model.Node) []int64 {
 	}
 	raw := make([]int64, len(cands))
 	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
-	for i, n := range cands {
+	for i, c := range cands {
+		n := v.nodes[c.index]
 		for key, values := range topo {
 			if value, ok := n.Labels[key]; ok {
 				raw[i] += values[value]
@@ -123,7 +124,7 @@ func (s *constraintState) scoreExisting(n *model.Node, e *model.Pod, add func(*m
 // spreadScores is PodTopologySpread's normalized score per candidate for the
 // ScheduleAnyway constraints, or nil when there are none. Candidates without every
 // constraint's key score 0.
-func (s *constraintState) spreadScores(v *View, cands []*model.Node) []int64 {
+func (s *constraintState) spreadScores(v *View, cands []candidate) []int64 {
 	var soft []*model.SpreadConstraint
 	for i := range s.c.Spread {
 		if !s.c.Spread[i].Hard {
@@ -139,7 +140,8 @@ func (s *constraintState) spreadScores(v *View, cands []*model.Node) []int64 {
 		counts[i] = map[string]int64{}
 	}
 	kept := 0
-	for j, n := range cands {
+	for j, cand := range cands {
+		n := v.nodes[cand.index]
 		if !hasKeys(n, soft) {
 			ignored[j] = true
 			continue
@@ -172,16 +174,17 @@ func (s *constraintState) spreadScores(v *View, cands []*model.Node) []int64 {
 		}
 		weights[i] = math.Log(float64(size + 2))
 	}
-	return normalizeSpread(s.rawSpread(cands, soft, counts, weights, ignored), ignored)
+	return normalizeSpread(s.rawSpread(v, cands, soft, counts, weights, ignored), ignored)
 }
 
-func (s *constraintState) rawSpread(cands []*model.Node, soft []*model.SpreadConstraint, counts []map[string]int64, weights []float64, ignored []bool) []int64 {
+func (s *constraintState) rawSpread(v *View, cands []candidate, soft []*model.SpreadConstraint, counts []map[string]int64, weights []float64, ignored []bool) []int64 {
 	raw := make([]int64, len(cands))
 	ns := s.pod.Namespace()
-	for j, n := range cands {
+	for j, cand := range cands {
 		if ignored[j] {
 			continue
 		}
+		n := v.nodes[cand.index]
 		var score float64
 		for i, c := range soft {
 			value, ok := n.Labels[c.TopologyKey]
@@ -241,11 +244,7 @@ type candidate struct {
 // pod's stated preferences outrank packing), then the policy's rank, then snapshot
 // order.
 func (s *constraintState) pick(v *View, cands []candidate) (best, gpu int) {
-	nodes := make([]*model.Node, len(cands))
-	for i, c := range cands {
-		nodes[i] = v.nodes[c.index]
-	}
-	scores := s.preferenceScores(v, nodes)
+	scores := s.preferenceScores(v, cands)
 	b := 0
 	for i := 1; i < len(cands); i++ {
 		if scores[i] > scores[b] || (scores[i] == scores[b] && cands[i].rank.less(cands[b].rank)) {

@@ -85,6 +85,7 @@ type Placer struct {
 	cache      []nodeCache
 
 	// scratch buffers, reused across nodes
+	cands []candidate
 	slots []gpuSlot
 	wfit  []float64
 }
@@ -212,7 +213,7 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 	cs := newConstraintState(v, pod, q.terms)
 	best, bestGPU := -1, -1
 	var bestRank rank
-	var cands []candidate
+	cands := p.cands[:0]
 	for i, n := range v.nodes {
 		c := p.cacheFor(i, n)
 		if (n.Unschedulable || q.terms.affinity != nil || len(n.Taints) > 0 || q.chosen != nil) && q.terms.staticMisfit(n) != fits {
@@ -237,6 +238,7 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 	}
 	if len(cands) > 0 {
 		best, bestGPU = cs.pick(v, cands)
+		p.cands = cands[:0]
 	}
 	if best < 0 {
 		return Placement{}, p.unschedulable(v, q, cs)

@@ -23,9 +23,10 @@ type View struct {
 	// made or last committed; Commit hands exactly these to the parent.
 	touched    []int
 	touchedSet map[int]struct{}
-	// affinityNodes counts nodes holding a pod with pod (anti-)affinity terms, so that
-	// a pod without constraints skips the inter-pod checks when there are none.
-	affinityNodes int
+	// affinityNodes and antiNodes count the nodes holding a pod with scoring
+	// affinity terms, and with required anti-affinity, so that a pod without
+	// constraints skips the inter-pod checks when there are none.
+	affinityNodes, antiNodes int
 }
 
 // NewView returns a root view of s. Committing it writes the changed nodes into s.
@@ -36,21 +37,25 @@ func NewView(s *model.Snapshot) *View {
 		touchedSet: map[int]struct{}{},
 	}
 	for _, n := range v.nodes {
-		if n.AffinityPods > 0 {
-			v.affinityNodes++
-		}
+		v.count(n, 1)
 	}
 	return v
 }
 
-// setNode replaces the i-th node, keeping affinityNodes.
-func (v *View) setNode(i int, n *model.Node) {
-	if v.nodes[i].AffinityPods > 0 {
-		v.affinityNodes--
-	}
+// count adds sign times n's share of affinityNodes and antiNodes.
+func (v *View) count(n *model.Node, sign int) {
 	if n.AffinityPods > 0 {
-		v.affinityNodes++
+		v.affinityNodes += sign
 	}
+	if n.AntiAffinityPods > 0 {
+		v.antiNodes += sign
+	}
+}
+
+// setNode replaces the i-th node, keeping affinityNodes and antiNodes.
+func (v *View) setNode(i int, n *model.Node) {
+	v.count(v.nodes[i], -1)
+	v.count(n, 1)
 	v.nodes[i] = n
 }
 
@@ -63,6 +68,7 @@ func (v *View) Fork() *View {
 		nodes:         append([]*model.Node(nil), v.nodes...),
 		touchedSet:    map[int]struct{}{},
 		affinityNodes: v.affinityNodes,
+		antiNodes:     v.antiNodes,
 	}
 }
 

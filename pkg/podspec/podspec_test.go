@@ -20,9 +20,11 @@ type fakeLookup struct {
 	keys    map[string][]string
 }
 
-func (f *fakeLookup) Claim(ns, name string) *corev1.PersistentVolumeClaim { return f.claims[ns+"/"+name] }
-func (f *fakeLookup) Volume(name string) *corev1.PersistentVolume         { return f.volumes[name] }
-func (f *fakeLookup) StorageClass(name string) *storagev1.StorageClass    { return f.classes[name] }
+func (f *fakeLookup) Claim(ns, name string) *corev1.PersistentVolumeClaim {
+	return f.claims[ns+"/"+name]
+}
+func (f *fakeLookup) Volume(name string) *corev1.PersistentVolume      { return f.volumes[name] }
+func (f *fakeLookup) StorageClass(name string) *storagev1.StorageClass { return f.classes[name] }
 func (f *fakeLookup) AvailableVolumes(class string) []*corev1.PersistentVolume {
 	var out []*corev1.PersistentVolume
 	for _, v := range f.volumes {
