@@ -3,14 +3,94 @@ package placement
 import (
 	"math"
 	"slices"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/gantry-dev/gantry/pkg/model"
 )
 
-// topoPair is a node label key and value: one topology domain.
-type topoPair struct{ key, value string }
+// domainIndex numbers the values of one node label key over a view's nodes: of[i]
+// is the domain of the i-th node, or -1 when it lacks the label. Counting per
+// domain in slices rather than in maps keyed by label values keeps the per-node
+// checks free of hashing.
+type domainIndex struct {
+	of    []int32
+	count int
+}
+
+// domains returns the index of key over the view's nodes, built on first use.
+func (s *constraintState) domains(key string) *domainIndex {
+	if d, ok := s.doms[key]; ok {
+		return d
+	}
+	if s.cache != nil {
+		if d := s.cache.get(key, s.v.nodes); d != nil {
+			s.remember(key, d)
+			return d
+		}
+	}
+	d := &domainIndex{of: make([]int32, len(s.v.nodes))}
+	ids := map[string]int32{}
+	for i, n := range s.v.nodes {
+		value, ok := n.Labels[key]
+		if !ok {
+			d.of[i] = -1
+			continue
+		}
+		id, seen := ids[value]
+		if !seen {
+			id = int32(len(ids))
+			ids[value] = id
+		}
+		d.of[i] = id
+	}
+	d.count = len(ids)
+	if s.cache != nil {
+		s.cache.put(key, s.v.nodes, d)
+	}
+	s.remember(key, d)
+	return d
+}
+
+func (s *constraintState) remember(key string, d *domainIndex) {
+	if s.doms == nil {
+		s.doms = map[string]*domainIndex{}
+	}
+	s.doms[key] = d
+}
+
+// keyCounts counts pods per domain of each topology key.
+type keyCounts map[string][]int
+
+// add counts one pod in the i-th node's domain of key; it reports whether the
+// node has the key.
+func (s *constraintState) add(kc keyCounts, key string, i int) bool {
+	d := s.domains(key)
+	dom := d.of[i]
+	if dom < 0 {
+		return false
+	}
+	c := kc[key]
+	if c == nil {
+		c = make([]int, d.count)
+		kc[key] = c
+	}
+	c[dom]++
+	return true
+}
+
+// at is the count of the i-th node's domain of key, and whether the node has key.
+func (s *constraintState) at(kc keyCounts, key string, i int) (count int, has bool) {
+	dom := s.domains(key).of[i]
+	if dom < 0 {
+		return 0, false
+	}
+	if c := kc[key]; c != nil {
+		return c[dom], true
+	}
+	return 0, true
+}
 
 // constraintState is what one placement knows about the constraints that bear on a
 // pod beyond its own node: its inter-pod affinity and anti-affinity, the
@@ -19,18 +99,24 @@ type topoPair struct{ key, value string }
 // PodTopologySpread, computed over the view's current nodes, so members of a gang
 // placed earlier in the same fork count.
 type constraintState struct {
+	v        *View
 	pod      *model.Pod
 	c        *model.Constraints
 	terms    *podTerms
 	nsLabels labels.Set
-	// existingAnti are the domains where a placed pod's required anti-affinity
-	// selects this pod; antiKeys are their keys.
-	existingAnti map[topoPair]int
+	doms     map[string]*domainIndex
+	// cache, when not nil, is the Placer's domain indexes.
+	cache *domainCache
+	// existingAnti counts, per domain, placed pods whose required anti-affinity
+	// selects this pod; antiKeys are its keys.
+	existingAnti keyCounts
 	antiKeys     []string
-	// affinityCounts and antiCounts count, per domain, the placed pods that match
-	// all of the pod's required affinity terms, and each anti-affinity term.
-	affinityCounts map[topoPair]int
-	antiCounts     map[topoPair]int
+	// affinityCounts count, per domain, the placed pods that match all of the pod's
+	// required affinity terms (anyAffinity: one does somewhere); antiCounts the
+	// placed pods each anti-affinity term selects.
+	affinityCounts keyCounts
+	anyAffinity    bool
+	antiCounts     keyCounts
 	hardSpread     []spreadState
 	// claimInUse is true when another pod uses one of the pod's ReadWriteOncePod
 	// claims.
@@ -42,18 +128,20 @@ type constraintState struct {
 // spreadState is one DoNotSchedule constraint's pod count per domain.
 type spreadState struct {
 	c         *model.SpreadConstraint
-	counts    map[string]int
+	dom       *domainIndex
+	counts    []int
 	minMatch  int
 	selfMatch int
 }
 
 // newConstraintState prepares the constraint checks for pod in v, or returns nil
-// when none bears on it: it has no constraints and no placed pod has affinity terms.
-func newConstraintState(v *View, pod *model.Pod, terms *podTerms) *constraintState {
+// when none bears on it: it has no constraints and no placed pod has terms that
+// filter or score it.
+func newConstraintState(v *View, pod *model.Pod, terms *podTerms, cache *domainCache) *constraintState {
 	if pod.Constraints == nil && v.affinityNodes == 0 && v.antiNodes == 0 {
 		return nil
 	}
-	s := &constraintState{pod: pod, c: pod.Constraints, terms: terms}
+	s := &constraintState{v: v, pod: pod, c: pod.Constraints, terms: terms, cache: cache}
 	if s.c == nil {
 		s.c = &model.Constraints{}
 	}
@@ -61,12 +149,12 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms) *constraintSta
 		s.nsLabels = nl[pod.Namespace()]
 	}
 	if v.antiNodes > 0 {
-		s.existingAnti, s.antiKeys = existingAntiAffinity(v, pod, s.nsLabels)
+		s.existingAntiAffinity()
 	}
 	if len(s.c.Affinity)+len(s.c.AntiAffinity) > 0 {
-		s.countAffinity(v)
+		s.countAffinity()
 	}
-	s.hardSpread = hardSpread(v, pod, terms, s.c.Spread)
+	s.countHardSpread()
 	if len(s.c.ExclusiveClaims) > 0 {
 		s.claimInUse = exclusiveClaimInUse(v, pod)
 	}
@@ -79,12 +167,11 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms) *constraintSta
 	return s
 }
 
-// existingAntiAffinity finds the domains where a placed pod's required
-// anti-affinity term selects pod.
-func existingAntiAffinity(v *View, pod *model.Pod, nsLabels labels.Set) (map[topoPair]int, []string) {
-	var out map[topoPair]int
-	var keys []string
-	for _, n := range v.nodes {
+// existingAntiAffinity counts the domains where a placed pod's required
+// anti-affinity term selects the pod.
+func (s *constraintState) existingAntiAffinity() {
+	s.existingAnti = keyCounts{}
+	for i, n := range s.v.nodes {
 		if n.AntiAffinityPods == 0 {
 			continue
 		}
@@ -92,42 +179,36 @@ func existingAntiAffinity(v *View, pod *model.Pod, nsLabels labels.Set) (map[top
 			if !e.HasAntiAffinity() {
 				continue
 			}
-			for i := range e.Constraints.AntiAffinity {
-				t := &e.Constraints.AntiAffinity[i]
-				value, ok := n.Labels[t.TopologyKey]
-				if !ok || !t.Matches(pod, nsLabels) {
+			for j := range e.Constraints.AntiAffinity {
+				t := &e.Constraints.AntiAffinity[j]
+				if !t.Matches(s.pod, s.nsLabels) || !s.add(s.existingAnti, t.TopologyKey, i) {
 					continue
 				}
-				if out == nil {
-					out = map[topoPair]int{}
-				}
-				out[topoPair{t.TopologyKey, value}]++
-				if !slices.Contains(keys, t.TopologyKey) {
-					keys = append(keys, t.TopologyKey)
+				if !slices.Contains(s.antiKeys, t.TopologyKey) {
+					s.antiKeys = append(s.antiKeys, t.TopologyKey)
 				}
 			}
 		}
 	}
-	return out, keys
 }
 
 // countAffinity counts, per domain, placed pods matching all the pod's required
 // affinity terms (a pod counts for each term's key), and each anti-affinity term.
-func (s *constraintState) countAffinity(v *View) {
-	s.affinityCounts, s.antiCounts = map[topoPair]int{}, map[topoPair]int{}
+func (s *constraintState) countAffinity() {
+	s.affinityCounts, s.antiCounts = keyCounts{}, keyCounts{}
 	aff, anti := s.c.Affinity, s.c.AntiAffinity
-	for _, n := range v.nodes {
+	for i, n := range s.v.nodes {
 		for _, e := range n.Pods {
 			if len(aff) > 0 && matchesAllTerms(aff, e) {
-				for i := range aff {
-					if value, ok := n.Labels[aff[i].TopologyKey]; ok {
-						s.affinityCounts[topoPair{aff[i].TopologyKey, value}]++
+				for j := range aff {
+					if s.add(s.affinityCounts, aff[j].TopologyKey, i) {
+						s.anyAffinity = true
 					}
 				}
 			}
-			for i := range anti {
-				if value, ok := n.Labels[anti[i].TopologyKey]; ok && anti[i].Matches(e, nil) {
-					s.antiCounts[topoPair{anti[i].TopologyKey, value}]++
+			for j := range anti {
+				if anti[j].Matches(e, nil) {
+					s.add(s.antiCounts, anti[j].TopologyKey, i)
 				}
 			}
 		}
@@ -148,51 +229,62 @@ func matchesAllTerms(terms []model.AffinityTerm, p *model.Pod) bool {
 	return true
 }
 
-// hardSpread counts, for each DoNotSchedule constraint, the pods it selects in each
-// domain of the nodes that count (those with every hard constraint's key, and that
-// pass the node inclusion policies).
-func hardSpread(v *View, pod *model.Pod, terms *podTerms, spread []model.SpreadConstraint) []spreadState {
-	var out []spreadState
-	for i := range spread {
-		if c := &spread[i]; c.Hard {
-			st := spreadState{c: c, counts: map[string]int{}}
-			if c.Selector.Matches(labels.Set(pod.Labels)) {
+// countHardSpread counts, for each DoNotSchedule constraint, the pods it selects in
+// each domain of the nodes that count (those with every hard constraint's key, and
+// that pass the node inclusion policies).
+func (s *constraintState) countHardSpread() {
+	for i := range s.c.Spread {
+		if c := &s.c.Spread[i]; c.Hard {
+			d := s.domains(c.TopologyKey)
+			st := spreadState{c: c, dom: d, counts: make([]int, d.count)}
+			if c.Selector.Matches(labels.Set(s.pod.Labels)) {
 				st.selfMatch = 1
 			}
-			out = append(out, st)
+			s.hardSpread = append(s.hardSpread, st)
 		}
 	}
-	if len(out) == 0 {
-		return nil
+	if len(s.hardSpread) == 0 {
+		return
 	}
-	ns := pod.Namespace()
-	for _, n := range v.nodes {
-		if !hasSpreadKeys(n, out) {
+	ns := s.pod.Namespace()
+	eligible := make([][]bool, len(s.hardSpread))
+	for j := range eligible {
+		eligible[j] = make([]bool, s.hardSpread[j].dom.count)
+	}
+	for i, n := range s.v.nodes {
+		if !s.hasSpreadKeys(i) {
 			continue
 		}
-		for i := range out {
-			if !terms.includes(n, out[i].c) {
+		for j := range s.hardSpread {
+			st := &s.hardSpread[j]
+			if !s.terms.includes(n, st.c) {
 				continue
 			}
-			out[i].counts[n.Labels[out[i].c.TopologyKey]] += countSelected(n, out[i].c.Selector, ns)
+			dom := st.dom.of[i]
+			eligible[j][dom] = true
+			st.counts[dom] += countSelected(n, st.c.Selector, ns)
 		}
 	}
-	for i := range out {
-		st := &out[i]
+	for j := range s.hardSpread {
+		st := &s.hardSpread[j]
 		st.minMatch = math.MaxInt32
-		for _, c := range st.counts {
-			st.minMatch = min(st.minMatch, c)
+		domains := 0
+		for dom, ok := range eligible[j] {
+			if ok {
+				domains++
+				st.minMatch = min(st.minMatch, st.counts[dom])
+			}
 		}
-		if len(st.counts) < int(st.c.MinDomains) {
+		if domains < int(st.c.MinDomains) {
 			st.minMatch = 0
 		}
 	}
-	return out
 }
 
-func hasSpreadKeys(n *model.Node, spread []spreadState) bool {
-	for i := range spread {
-		if _, ok := n.Labels[spread[i].c.TopologyKey]; !ok {
+// hasSpreadKeys reports whether the i-th node has every hard constraint's key.
+func (s *constraintState) hasSpreadKeys(i int) bool {
+	for j := range s.hardSpread {
+		if s.hardSpread[j].dom.of[i] < 0 {
 			return false
 		}
 	}
@@ -228,37 +320,34 @@ func countSelected(n *model.Node, sel labels.Selector, ns string) int {
 	return count
 }
 
-// misfit checks n against the constraints.
-func (s *constraintState) misfit(n *model.Node) misfit {
+// misfit checks n, the i-th node of the view, against the constraints.
+func (s *constraintState) misfit(i int, n *model.Node) misfit {
 	if s.claimInUse {
 		return misfitClaimInUse
 	}
 	if m := s.localMisfit(n); m != fits {
 		return m
 	}
-	if len(s.c.Affinity) > 0 && !s.satisfiesAffinity(n) {
+	if len(s.c.Affinity) > 0 && !s.satisfiesAffinity(i) {
 		return misfitPodAffinity
 	}
-	if len(s.antiCounts) > 0 {
-		for i := range s.c.AntiAffinity {
-			key := s.c.AntiAffinity[i].TopologyKey
-			if value, ok := n.Labels[key]; ok && s.antiCounts[topoPair{key, value}] > 0 {
-				return misfitPodAntiAffinity
-			}
+	for j := range s.c.AntiAffinity {
+		if c, _ := s.at(s.antiCounts, s.c.AntiAffinity[j].TopologyKey, i); c > 0 {
+			return misfitPodAntiAffinity
 		}
 	}
 	for _, k := range s.antiKeys {
-		if v, ok := n.Labels[k]; ok && s.existingAnti[topoPair{k, v}] > 0 {
+		if c, _ := s.at(s.existingAnti, k, i); c > 0 {
 			return misfitExistingAntiAffinity
 		}
 	}
-	for i := range s.hardSpread {
-		st := &s.hardSpread[i]
-		value, ok := n.Labels[st.c.TopologyKey]
-		if !ok {
+	for j := range s.hardSpread {
+		st := &s.hardSpread[j]
+		dom := st.dom.of[i]
+		if dom < 0 {
 			return misfitSpreadLabel
 		}
-		if st.counts[value]+st.selfMatch-st.minMatch > int(st.c.MaxSkew) {
+		if st.counts[dom]+st.selfMatch-st.minMatch > int(st.c.MaxSkew) {
 			return misfitSpread
 		}
 	}
@@ -277,25 +366,24 @@ func (s *constraintState) localMisfit(n *model.Node) misfit {
 	return fits
 }
 
-// satisfiesAffinity: every term's domain on n must hold a matching pod; when no pod
-// anywhere matches, a pod that matches its own terms may start the group on any node
-// with the terms' keys.
-func (s *constraintState) satisfiesAffinity(n *model.Node) bool {
+// satisfiesAffinity: every term's domain on the i-th node must hold a matching
+// pod; when no pod anywhere matches, a pod that matches its own terms may start the
+// group on any node with the terms' keys.
+func (s *constraintState) satisfiesAffinity(i int) bool {
 	podsExist := true
-	for i := range s.c.Affinity {
-		key := s.c.Affinity[i].TopologyKey
-		value, ok := n.Labels[key]
-		if !ok {
+	for j := range s.c.Affinity {
+		c, has := s.at(s.affinityCounts, s.c.Affinity[j].TopologyKey, i)
+		if !has {
 			return false
 		}
-		if s.affinityCounts[topoPair{key, value}] <= 0 {
+		if c <= 0 {
 			podsExist = false
 		}
 	}
 	if podsExist {
 		return true
 	}
-	return len(s.affinityCounts) == 0 && matchesAllTerms(s.c.Affinity, s.pod)
+	return !s.anyAffinity && matchesAllTerms(s.c.Affinity, s.pod)
 }
 
 // hostPortTaken reports whether a pod on n holds a port that conflicts with one of
@@ -335,10 +423,10 @@ func exclusiveClaimInUse(v *View, pod *model.Pod) bool {
 }
 
 // fullMisfit runs every check PlacePod makes on n: static, constraints, resources.
-func fullMisfit(q *podQuery, cs *constraintState, n *model.Node) misfit {
+func fullMisfit(q *podQuery, cs *constraintState, i int, n *model.Node) misfit {
 	m := q.terms.staticMisfit(n)
 	if m == fits && cs != nil {
-		m = cs.misfit(n)
+		m = cs.misfit(i, n)
 	}
 	if m == fits {
 		m = q.terms.resourceMisfit(n)
@@ -351,12 +439,55 @@ func fullMisfit(q *podQuery, cs *constraintState, n *model.Node) misfit {
 // feasible nodes, for tests and explanations.
 func FitsOn(v *View, pod *model.Pod) []string {
 	q := newPodQuery(pod)
-	cs := newConstraintState(v, pod, q.terms)
+	cs := newConstraintState(v, pod, q.terms, nil)
 	var out []string
-	for _, n := range v.nodes {
-		if fullMisfit(q, cs, n) == fits {
+	for i, n := range v.nodes {
+		if fullMisfit(q, cs, i, n) == fits {
 			out = append(out, n.Name)
 		}
 	}
 	return out
+}
+
+// domainCache keeps domain indexes from one placement to the next: node labels
+// change only when a node is replaced by one with other labels (a View's copies
+// share the labels map), so an index stays valid while every node's labels map is
+// the one it was built from.
+type domainCache struct {
+	entries map[string]*cachedDomains
+}
+
+type cachedDomains struct {
+	labels []unsafe.Pointer
+	index  *domainIndex
+}
+
+// labelsID is the identity of a node's labels map.
+func labelsID(n *model.Node) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&n.Labels))
+}
+
+// get returns the cached index of key over nodes, or nil when it is stale.
+func (c *domainCache) get(key string, nodes []*model.Node) *domainIndex {
+	e := c.entries[key]
+	if e == nil || len(e.labels) != len(nodes) {
+		return nil
+	}
+	for i, n := range nodes {
+		if labelsID(n) != e.labels[i] {
+			return nil
+		}
+	}
+	return e.index
+}
+
+func (c *domainCache) put(key string, nodes []*model.Node, d *domainIndex) {
+	if c.entries == nil {
+		c.entries = map[string]*cachedDomains{}
+	}
+	e := &cachedDomains{labels: make([]unsafe.Pointer, len(nodes)), index: d}
+	for i, n := range nodes {
+		e.labels[i] = labelsID(n)
+	}
+	c.entries[key] = e
 }

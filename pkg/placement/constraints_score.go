@@ -44,23 +44,24 @@ func (s *constraintState) preferenceScores(v *View, cands []candidate) []int64 {
 // no term bears on the pod.
 func (s *constraintState) interPodScores(v *View, cands []candidate) []int64 {
 	own := len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity) > 0
-	topo := map[string]map[string]int64{}
-	add := func(n *model.Node, key string, w int64) {
-		value, ok := n.Labels[key]
-		if !ok {
+	topo := map[string][]int64{}
+	add := func(i int, key string, w int64) {
+		d := s.domains(key)
+		dom := d.of[i]
+		if dom < 0 {
 			return
 		}
 		if topo[key] == nil {
-			topo[key] = map[string]int64{}
+			topo[key] = make([]int64, d.count)
 		}
-		topo[key][value] += w
+		topo[key][dom] += w
 	}
-	for _, n := range v.nodes {
+	for i, n := range v.nodes {
 		if (!own && n.AffinityPods == 0) || len(n.Labels) == 0 {
 			continue
 		}
 		for _, e := range n.Pods {
-			s.scoreExisting(n, e, add)
+			s.scoreExisting(i, e, add)
 		}
 	}
 	if len(topo) == 0 {
@@ -68,138 +69,153 @@ func (s *constraintState) interPodScores(v *View, cands []candidate) []int64 {
 	}
 	raw := make([]int64, len(cands))
 	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
-	for i, c := range cands {
-		n := v.nodes[c.index]
+	for j, c := range cands {
 		for key, values := range topo {
-			if value, ok := n.Labels[key]; ok {
-				raw[i] += values[value]
+			if dom := s.domains(key).of[c.index]; dom >= 0 {
+				raw[j] += values[dom]
 			}
 		}
-		lo, hi = min(lo, raw[i]), max(hi, raw[i])
+		lo, hi = min(lo, raw[j]), max(hi, raw[j])
 	}
-	for i := range raw {
+	for j := range raw {
 		if hi > lo {
-			raw[i] = int64(float64(maxNodeScore) * float64(raw[i]-lo) / float64(hi-lo))
+			raw[j] = int64(float64(maxNodeScore) * float64(raw[j]-lo) / float64(hi-lo))
 		} else {
-			raw[i] = 0
+			raw[j] = 0
 		}
 	}
 	return raw
 }
 
-// scoreExisting adds what placed pod e on n contributes: the pod's preferred terms
-// that select e, and e's terms that select the pod.
-func (s *constraintState) scoreExisting(n *model.Node, e *model.Pod, add func(*model.Node, string, int64)) {
-	for i := range s.c.PreferredAffinity {
-		if t := &s.c.PreferredAffinity[i]; t.Matches(e, nil) {
-			add(n, t.TopologyKey, int64(t.Weight))
+// scoreExisting adds what placed pod e on the i-th node contributes: the pod's
+// preferred terms that select e, and e's terms that select the pod.
+func (s *constraintState) scoreExisting(i int, e *model.Pod, add func(int, string, int64)) {
+	for j := range s.c.PreferredAffinity {
+		if t := &s.c.PreferredAffinity[j]; t.Matches(e, nil) {
+			add(i, t.TopologyKey, int64(t.Weight))
 		}
 	}
-	for i := range s.c.PreferredAntiAffinity {
-		if t := &s.c.PreferredAntiAffinity[i]; t.Matches(e, nil) {
-			add(n, t.TopologyKey, -int64(t.Weight))
+	for j := range s.c.PreferredAntiAffinity {
+		if t := &s.c.PreferredAntiAffinity[j]; t.Matches(e, nil) {
+			add(i, t.TopologyKey, -int64(t.Weight))
 		}
 	}
 	ec := e.Constraints
 	if ec == nil {
 		return
 	}
-	for i := range ec.Affinity {
-		if t := &ec.Affinity[i]; t.Matches(s.pod, s.nsLabels) {
-			add(n, t.TopologyKey, hardPodAffinityWeight)
+	for j := range ec.Affinity {
+		if t := &ec.Affinity[j]; t.Matches(s.pod, s.nsLabels) {
+			add(i, t.TopologyKey, hardPodAffinityWeight)
 		}
 	}
-	for i := range ec.PreferredAffinity {
-		if t := &ec.PreferredAffinity[i]; t.Matches(s.pod, s.nsLabels) {
-			add(n, t.TopologyKey, int64(t.Weight))
+	for j := range ec.PreferredAffinity {
+		if t := &ec.PreferredAffinity[j]; t.Matches(s.pod, s.nsLabels) {
+			add(i, t.TopologyKey, int64(t.Weight))
 		}
 	}
-	for i := range ec.PreferredAntiAffinity {
-		if t := &ec.PreferredAntiAffinity[i]; t.Matches(s.pod, s.nsLabels) {
-			add(n, t.TopologyKey, -int64(t.Weight))
+	for j := range ec.PreferredAntiAffinity {
+		if t := &ec.PreferredAntiAffinity[j]; t.Matches(s.pod, s.nsLabels) {
+			add(i, t.TopologyKey, -int64(t.Weight))
 		}
 	}
+}
+
+// softSpread is one ScheduleAnyway constraint's pod count per domain, over the
+// domains of the candidates.
+type softSpread struct {
+	c      *model.SpreadConstraint
+	dom    *domainIndex
+	counts []int64
+	// present marks the domains of candidates that have every soft key.
+	present []bool
+	weight  float64
 }
 
 // spreadScores is PodTopologySpread's normalized score per candidate for the
 // ScheduleAnyway constraints, or nil when there are none. Candidates without every
 // constraint's key score 0.
 func (s *constraintState) spreadScores(v *View, cands []candidate) []int64 {
-	var soft []*model.SpreadConstraint
+	var soft []softSpread
 	for i := range s.c.Spread {
-		if !s.c.Spread[i].Hard {
-			soft = append(soft, &s.c.Spread[i])
+		if c := &s.c.Spread[i]; !c.Hard {
+			d := s.domains(c.TopologyKey)
+			soft = append(soft, softSpread{c: c, dom: d, counts: make([]int64, d.count), present: make([]bool, d.count)})
 		}
 	}
 	if len(soft) == 0 {
 		return nil
 	}
 	ignored := make([]bool, len(cands))
-	counts := make([]map[string]int64, len(soft))
-	for i := range counts {
-		counts[i] = map[string]int64{}
-	}
 	kept := 0
 	for j, cand := range cands {
-		n := v.nodes[cand.index]
-		if !hasKeys(n, soft) {
+		if !hasSoftKeys(cand.index, soft) {
 			ignored[j] = true
 			continue
 		}
 		kept++
-		for i, c := range soft {
-			if c.TopologyKey != corev1.LabelHostname {
-				counts[i][n.Labels[c.TopologyKey]] += 0
-			}
+		for k := range soft {
+			soft[k].present[soft[k].dom.of[cand.index]] = true
 		}
 	}
 	ns := s.pod.Namespace()
-	for _, n := range v.nodes {
-		if !hasKeys(n, soft) {
+	for i, n := range v.nodes {
+		if !hasSoftKeys(i, soft) {
 			continue
 		}
-		for i, c := range soft {
-			value := n.Labels[c.TopologyKey]
-			if _, ok := counts[i][value]; !ok || !s.terms.includes(n, c) {
+		for k := range soft {
+			sp := &soft[k]
+			dom := sp.dom.of[i]
+			if sp.c.TopologyKey == corev1.LabelHostname || !sp.present[dom] || !s.terms.includes(n, sp.c) {
 				continue
 			}
-			counts[i][value] += int64(countSelected(n, c.Selector, ns))
+			sp.counts[dom] += int64(countSelected(n, sp.c.Selector, ns))
 		}
 	}
-	weights := make([]float64, len(soft))
-	for i, c := range soft {
-		size := len(counts[i])
-		if c.TopologyKey == corev1.LabelHostname {
+	for k := range soft {
+		sp := &soft[k]
+		size := 0
+		for _, p := range sp.present {
+			if p {
+				size++
+			}
+		}
+		if sp.c.TopologyKey == corev1.LabelHostname {
 			size = kept
 		}
-		weights[i] = math.Log(float64(size + 2))
+		sp.weight = math.Log(float64(size + 2))
 	}
-	return normalizeSpread(s.rawSpread(v, cands, soft, counts, weights, ignored), ignored)
+	return normalizeSpread(s.rawSpread(v, cands, soft, ignored), ignored)
 }
 
-func (s *constraintState) rawSpread(v *View, cands []candidate, soft []*model.SpreadConstraint, counts []map[string]int64, weights []float64, ignored []bool) []int64 {
+func (s *constraintState) rawSpread(v *View, cands []candidate, soft []softSpread, ignored []bool) []int64 {
 	raw := make([]int64, len(cands))
 	ns := s.pod.Namespace()
 	for j, cand := range cands {
 		if ignored[j] {
 			continue
 		}
-		n := v.nodes[cand.index]
 		var score float64
-		for i, c := range soft {
-			value, ok := n.Labels[c.TopologyKey]
-			if !ok {
-				continue
+		for k := range soft {
+			sp := &soft[k]
+			cnt := sp.counts[sp.dom.of[cand.index]]
+			if sp.c.TopologyKey == corev1.LabelHostname {
+				cnt = int64(countSelected(v.nodes[cand.index], sp.c.Selector, ns))
 			}
-			cnt := counts[i][value]
-			if c.TopologyKey == corev1.LabelHostname {
-				cnt = int64(countSelected(n, c.Selector, ns))
-			}
-			score += float64(cnt)*weights[i] + float64(c.MaxSkew-1)
+			score += float64(cnt)*sp.weight + float64(sp.c.MaxSkew-1)
 		}
 		raw[j] = int64(math.Round(score))
 	}
 	return raw
+}
+
+func hasSoftKeys(i int, soft []softSpread) bool {
+	for k := range soft {
+		if soft[k].dom.of[i] < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // normalizeSpread inverts raw scores into 0..maxNodeScore: fewer matching pods is
@@ -222,15 +238,6 @@ func normalizeSpread(raw []int64, ignored []bool) []int64 {
 		}
 	}
 	return raw
-}
-
-func hasKeys(n *model.Node, cs []*model.SpreadConstraint) bool {
-	for _, c := range cs {
-		if _, ok := n.Labels[c.TopologyKey]; !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // candidate is a node that fits, with its policy rank.

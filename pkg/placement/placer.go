@@ -84,6 +84,9 @@ type Placer struct {
 	generation uint64
 	cache      []nodeCache
 
+	// domains caches topology domain indexes for constraint checks.
+	domains domainCache
+
 	// scratch buffers, reused across nodes
 	cands []candidate
 	slots []gpuSlot
@@ -210,7 +213,7 @@ func (p *Placer) cacheFor(i int, n *model.Node) *nodeCache {
 func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 	p.adaptTo(v)
 	q := newPodQuery(pod)
-	cs := newConstraintState(v, pod, q.terms)
+	cs := newConstraintState(v, pod, q.terms, &p.domains)
 	best, bestGPU := -1, -1
 	var bestRank rank
 	cands := p.cands[:0]
@@ -219,7 +222,7 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 		if (n.Unschedulable || q.terms.affinity != nil || len(n.Taints) > 0 || q.chosen != nil) && q.terms.staticMisfit(n) != fits {
 			continue
 		}
-		if cs != nil && cs.misfit(n) != fits {
+		if cs != nil && cs.misfit(i, n) != fits {
 			continue
 		}
 		verdict := p.verdict(c, n, q)
@@ -252,8 +255,8 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 
 func (p *Placer) unschedulable(v *View, q *podQuery, cs *constraintState) *Unschedulable {
 	reasons := map[string]int{}
-	for _, n := range v.nodes {
-		if m := fullMisfit(q, cs, n); m != fits {
+	for i, n := range v.nodes {
+		if m := fullMisfit(q, cs, i, n); m != fits {
 			reasons[q.terms.reason(n, m)]++
 		}
 	}
