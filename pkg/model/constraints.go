@@ -22,6 +22,9 @@ type Constraints struct {
 	// PreferredAffinity and PreferredAntiAffinity are the preferred terms, scored.
 	PreferredAffinity     []WeightedAffinityTerm
 	PreferredAntiAffinity []WeightedAffinityTerm
+	// PreferredNodeAffinity is preferredDuringSchedulingIgnoredDuringExecution of
+	// the pod's node affinity, scored.
+	PreferredNodeAffinity []corev1.PreferredSchedulingTerm
 	// Spread are the topology spread constraints, DoNotSchedule (Hard) and
 	// ScheduleAnyway alike.
 	Spread []SpreadConstraint

@@ -138,7 +138,7 @@ type spreadState struct {
 // when none bears on it: it has no constraints and no placed pod has terms that
 // filter or score it.
 func newConstraintState(v *View, pod *model.Pod, terms *podTerms, cache *domainCache) *constraintState {
-	if pod.Constraints == nil && v.affinityNodes == 0 && v.antiNodes == 0 {
+	if pod.Constraints == nil && v.affinityNodes == 0 && v.antiNodes == 0 && !v.softTainted {
 		return nil
 	}
 	s := &constraintState{v: v, pod: pod, c: pod.Constraints, terms: terms, cache: cache}
@@ -158,7 +158,8 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms, cache *domainC
 	if len(s.c.ExclusiveClaims) > 0 {
 		s.claimInUse = exclusiveClaimInUse(v, pod)
 	}
-	s.scoring = v.affinityNodes > 0 || len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity) > 0
+	s.scoring = v.affinityNodes > 0 || v.softTainted ||
+		len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity)+len(s.c.PreferredNodeAffinity) > 0
 	for i := range s.c.Spread {
 		if !s.c.Spread[i].Hard {
 			s.scoring = true

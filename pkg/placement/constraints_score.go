@@ -4,6 +4,8 @@ import (
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/gantry-dev/gantry/pkg/model"
 )
@@ -16,20 +18,32 @@ const maxNodeScore = 100
 const (
 	interPodAffinityWeight = 2
 	topologySpreadWeight   = 2
+	nodeAffinityWeight     = 2
+	taintTolerationWeight  = 3
 	// hardPodAffinityWeight is kube-scheduler's default weight of a placed pod's
 	// required affinity term that selects the incoming pod.
 	hardPodAffinityWeight = 1
 )
 
 // preferenceScores scores the nodes that fit by the pod's preferred inter-pod
-// affinity and ScheduleAnyway spread, and by the preferred terms of the pods already
-// placed, as kube-scheduler's InterPodAffinity and PodTopologySpread score plugins
-// do (normalized and weighted as in its default profile). Higher is better.
+// affinity and ScheduleAnyway spread, the preferred terms of the pods already
+// placed, the pod's preferred node affinity and the PreferNoSchedule taints it does
+// not tolerate, as kube-scheduler's InterPodAffinity, PodTopologySpread,
+// NodeAffinity and TaintToleration score plugins do (normalized and weighted as in
+// its default profile). Higher is better.
 func (s *constraintState) preferenceScores(v *View, cands []candidate) []int64 {
 	out := make([]int64, len(cands))
 	ipa := s.interPodScores(v, cands)
 	spread := s.spreadScores(v, cands)
+	nodeAff := s.nodeAffinityScores(v, cands)
+	taints := s.taintScores(v, cands)
 	for i := range out {
+		if nodeAff != nil {
+			out[i] += nodeAffinityWeight * nodeAff[i]
+		}
+		if taints != nil {
+			out[i] += taintTolerationWeight * taints[i]
+		}
 		if ipa != nil {
 			out[i] += interPodAffinityWeight * ipa[i]
 		}
@@ -259,4 +273,72 @@ func (s *constraintState) pick(v *View, cands []candidate) (best, gpu int) {
 		}
 	}
 	return cands[b].index, cands[b].gpu
+}
+
+// nodeAffinityScores is NodeAffinity's normalized score per candidate (the weights
+// of the preferred terms the node matches), or nil when the pod has none.
+func (s *constraintState) nodeAffinityScores(v *View, cands []candidate) []int64 {
+	if len(s.c.PreferredNodeAffinity) == 0 {
+		return nil
+	}
+	terms, err := nodeaffinity.NewPreferredSchedulingTerms(s.c.PreferredNodeAffinity)
+	if err != nil {
+		return nil
+	}
+	raw := make([]int64, len(cands))
+	node := &corev1.Node{}
+	for j, c := range cands {
+		n := v.nodes[c.index]
+		node.Name, node.Labels = n.Name, n.Labels
+		raw[j] = terms.Score(node)
+	}
+	return normalize(raw, false)
+}
+
+// taintScores is TaintToleration's normalized score per candidate: fewer
+// PreferNoSchedule taints the pod does not tolerate is better. Nil when no node has
+// such a taint.
+func (s *constraintState) taintScores(v *View, cands []candidate) []int64 {
+	if !v.softTainted {
+		return nil
+	}
+	var tolerations []corev1.Toleration
+	for _, t := range s.pod.Tolerations {
+		if t.Effect == "" || t.Effect == corev1.TaintEffectPreferNoSchedule {
+			tolerations = append(tolerations, t)
+		}
+	}
+	raw := make([]int64, len(cands))
+	for j, c := range cands {
+		n := v.nodes[c.index]
+		for i := range n.Taints {
+			t := &n.Taints[i]
+			if t.Effect == corev1.TaintEffectPreferNoSchedule && !corev1helpers.TolerationsTolerateTaint(taintLogger, tolerations, t, true) {
+				raw[j]++
+			}
+		}
+	}
+	return normalize(raw, true)
+}
+
+// normalize is kube-scheduler's DefaultNormalizeScore: scores scaled so the highest
+// is maxNodeScore, or, reversed, maxNodeScore minus that.
+func normalize(raw []int64, reverse bool) []int64 {
+	var hi int64
+	for _, r := range raw {
+		hi = max(hi, r)
+	}
+	for j, r := range raw {
+		switch {
+		case hi == 0 && reverse:
+			raw[j] = maxNodeScore
+		case hi == 0:
+			raw[j] = 0
+		case reverse:
+			raw[j] = maxNodeScore - maxNodeScore*r/hi
+		default:
+			raw[j] = maxNodeScore * r / hi
+		}
+	}
+	return raw
 }

@@ -3,6 +3,8 @@ package placement
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gantry-dev/gantry/pkg/model"
 )
 
@@ -27,6 +29,9 @@ type View struct {
 	// affinity terms, and with required anti-affinity, so that a pod without
 	// constraints skips the inter-pod checks when there are none.
 	affinityNodes, antiNodes int
+	// softTainted is true when a node has a PreferNoSchedule taint, which every pod
+	// that does not tolerate it is scored against.
+	softTainted bool
 }
 
 // NewView returns a root view of s. Committing it writes the changed nodes into s.
@@ -38,6 +43,11 @@ func NewView(s *model.Snapshot) *View {
 	}
 	for _, n := range v.nodes {
 		v.count(n, 1)
+		for i := range n.Taints {
+			if n.Taints[i].Effect == corev1.TaintEffectPreferNoSchedule {
+				v.softTainted = true
+			}
+		}
 	}
 	return v
 }
@@ -69,6 +79,7 @@ func (v *View) Fork() *View {
 		touchedSet:    map[int]struct{}{},
 		affinityNodes: v.affinityNodes,
 		antiNodes:     v.antiNodes,
+		softTainted:   v.softTainted,
 	}
 }
 

@@ -46,12 +46,15 @@ func Constraints(pod *corev1.Pod, lookup Lookup, nsLabels map[string]map[string]
 	c := &model.Constraints{}
 	if a := pod.Spec.Affinity; a != nil {
 		addPodAffinity(c, pod, a, nsLabels)
+		if a.NodeAffinity != nil {
+			c.PreferredNodeAffinity = a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+		}
 	}
 	addSpread(c, pod)
 	c.HostPorts = HostPorts(pod)
 	addVolumes(c, pod, lookup)
 	addUnsupported(c, pod)
-	if len(c.Affinity)+len(c.AntiAffinity)+len(c.PreferredAffinity)+len(c.PreferredAntiAffinity)+
+	if len(c.Affinity)+len(c.AntiAffinity)+len(c.PreferredAffinity)+len(c.PreferredAntiAffinity)+len(c.PreferredNodeAffinity)+
 		len(c.Spread)+len(c.HostPorts)+len(c.Refusals)+len(c.ExclusiveClaims) == 0 && c.Volumes == nil {
 		return nil
 	}

@@ -192,3 +192,26 @@ func nsDefault(p *kpod) scenario.Spec {
 	s.Namespace = ""
 	return s
 }
+
+// Preferred node affinity and PreferNoSchedule taints rank the nodes that fit, as
+// NodeAffinity's and TaintToleration's scores do: packing alone would pick n1.
+func TestPreferredNodeAffinityAndSoftTaints(t *testing.T) {
+	nodes := hostNodes("n1", "n2")
+	nodes[1].Labels["disk"] = "ssd"
+	busy := scenario.Gang{Name: "busy", On: "n1", GPUs: 4}
+	prefers := mkPod()
+	prefers.affinity().NodeAffinity = &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+		Weight: 10, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}}}}}}}
+	scenario.Run(t, scenario.Scenario{
+		Nodes:  nodes,
+		Gangs:  []scenario.Gang{busy, {Name: "ssd", GPUs: 1, Spec: nsDefault(prefers)}},
+		Expect: scenario.Expect{Binds: []string{"ssd"}, Placed: map[string][]string{"ssd": {"n2"}}},
+	})
+	tainted := hostNodes("n1", "n2")
+	tainted[0].Taints = []corev1.Taint{{Key: "spot", Effect: corev1.TaintEffectPreferNoSchedule}}
+	scenario.Run(t, scenario.Scenario{
+		Nodes:  tainted,
+		Gangs:  []scenario.Gang{busy, {Name: "plain", GPUs: 1}},
+		Expect: scenario.Expect{Binds: []string{"plain"}, Placed: map[string][]string{"plain": {"n2"}}},
+	})
+}
