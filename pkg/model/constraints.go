@@ -28,6 +28,9 @@ type Constraints struct {
 	// Spread are the topology spread constraints, DoNotSchedule (Hard) and
 	// ScheduleAnyway alike.
 	Spread []SpreadConstraint
+	// NodeFeatures are the node-declared features the pod's spec needs
+	// (NodeDeclaredFeatures): the node's DeclaredFeatures must include them all.
+	NodeFeatures []string
 	// HostPorts are the host ports the pod's containers claim.
 	HostPorts []HostPort
 	// Volumes are what the pod's PersistentVolumeClaims ask of a node; nil when none.

@@ -100,6 +100,9 @@ type Node struct {
 	// AffinityPods counts the Pods with terms that score the pods placed near them
 	// (Pod.HasAffinityTerms).
 	AffinityPods int
+	// DeclaredFeatures are the features the node declares (status.declaredFeatures),
+	// which pods needing them require.
+	DeclaredFeatures []string
 	// CSIAttachLimits is the most volumes each CSI driver may attach on the node
 	// (CSINode drivers[].allocatable.count); a driver not listed has no limit.
 	CSIAttachLimits map[string]int

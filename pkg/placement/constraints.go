@@ -355,9 +355,14 @@ func (s *constraintState) misfit(i int, n *model.Node) misfit {
 	return fits
 }
 
-// localMisfit checks what only n's own pods and labels decide: host ports and
-// volumes.
+// localMisfit checks what only n's own pods, labels and status decide: declared
+// features, host ports and volumes.
 func (s *constraintState) localMisfit(n *model.Node) misfit {
+	for _, f := range s.c.NodeFeatures {
+		if !slices.Contains(n.DeclaredFeatures, f) {
+			return misfitNodeFeatures
+		}
+	}
 	if len(s.c.HostPorts) > 0 && hostPortTaken(n, s.c.HostPorts) {
 		return misfitHostPort
 	}

@@ -39,6 +39,7 @@ const (
 	ReasonVolumeBinding        = "node(s) didn't find available persistent volumes to bind"
 	ReasonVolumeLimit          = "node(s) exceed max volume count"
 	ReasonClaimInUse           = "a ReadWriteOncePod PersistentVolumeClaim of the pod is used by another pod"
+	ReasonNodeFeatures         = "node(s) didn't declare the features the pod needs"
 )
 
 // misfit is why a node cannot take a pod; fits when it can. Checks return a code
@@ -71,6 +72,7 @@ const (
 	misfitVolumeBinding
 	misfitVolumeLimit
 	misfitClaimInUse
+	misfitNodeFeatures
 )
 
 var misfitReasons = [...]string{
@@ -100,6 +102,7 @@ var misfitReasons = [...]string{
 	misfitVolumeBinding:        ReasonVolumeBinding,
 	misfitVolumeLimit:          ReasonVolumeLimit,
 	misfitClaimInUse:           ReasonClaimInUse,
+	misfitNodeFeatures:         ReasonNodeFeatures,
 }
 
 // Feasible reports whether node n can take pod p as the node is now, and if not,

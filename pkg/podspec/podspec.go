@@ -52,10 +52,11 @@ func Constraints(pod *corev1.Pod, lookup Lookup, nsLabels map[string]map[string]
 	}
 	addSpread(c, pod)
 	c.HostPorts = HostPorts(pod)
+	addNodeFeatures(c, pod)
 	addVolumes(c, pod, lookup)
 	addUnsupported(c, pod)
 	if len(c.Affinity)+len(c.AntiAffinity)+len(c.PreferredAffinity)+len(c.PreferredAntiAffinity)+len(c.PreferredNodeAffinity)+
-		len(c.Spread)+len(c.HostPorts)+len(c.Refusals)+len(c.ExclusiveClaims) == 0 && c.Volumes == nil {
+		len(c.Spread)+len(c.HostPorts)+len(c.NodeFeatures)+len(c.Refusals)+len(c.ExclusiveClaims) == 0 && c.Volumes == nil {
 		return nil
 	}
 	return c

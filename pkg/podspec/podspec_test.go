@@ -169,3 +169,13 @@ func TestVolumes(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeFeatures(t *testing.T) {
+	p := pod()
+	p.Spec.HostNetwork = true
+	p.Spec.HostUsers = ptr(false)
+	c := Constraints(p, nil, nil)
+	if c == nil || len(c.NodeFeatures) != 1 || c.NodeFeatures[0] != "UserNamespacesHostNetworkSupport" {
+		t.Fatalf("node features = %+v, want [UserNamespacesHostNetworkSupport]", c)
+	}
+}
