@@ -179,3 +179,26 @@ func TestNodeFeatures(t *testing.T) {
 		t.Fatalf("node features = %+v, want [UserNamespacesHostNetworkSupport]", c)
 	}
 }
+
+// A pod slimmed by the informer transform and then given KeepForConstraints
+// translates as the whole pod does.
+func TestKeepForConstraints(t *testing.T) {
+	full := pod()
+	full.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		{LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}, TopologyKey: "kubernetes.io/hostname"}}}}
+	full.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.DoNotSchedule}}
+	full.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80}, {HostPort: 9000, ContainerPort: 9000}}
+	full.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "BIG", Value: "x"}}
+	full.Spec.HostNetwork, full.Spec.HostUsers = true, ptr(false)
+	full.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}, claimVolume("bound")}
+	slim := &corev1.Pod{ObjectMeta: full.ObjectMeta, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+	KeepForConstraints(slim, full)
+	if len(slim.Spec.Volumes) != 2 || slim.Spec.Volumes[0].ConfigMap != nil || len(slim.Spec.Containers[0].Ports) != 1 || slim.Spec.Containers[0].Env != nil {
+		t.Fatalf("slim pod keeps %+v", slim.Spec)
+	}
+	a, b := Constraints(full, nil, nil), Constraints(slim, nil, nil)
+	if len(a.AntiAffinity) != len(b.AntiAffinity) || len(a.Spread) != len(b.Spread) || len(a.HostPorts) != len(b.HostPorts) ||
+		len(a.NodeFeatures) != len(b.NodeFeatures) || Refusals(a) != Refusals(b) {
+		t.Fatalf("slim pod translates to %+v, whole pod to %+v", b, a)
+	}
+}
