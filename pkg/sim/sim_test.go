@@ -212,22 +212,53 @@ func TestRemix(t *testing.T) {
 		tasks = append(tasks, Task{Name: "one", NumGPU: 1, GPUMilli: 1000}, Task{Name: "share", NumGPU: 1, GPUMilli: 300},
 			Task{Name: "four", NumGPU: 4, GPUMilli: 1000}, Task{Name: "cpu"})
 	}
-	multi, err := Remix(tasks, nodes, "multigpu", 1, 7)
+	// multigpu50: every task kept, multi-GPU tasks added until they request half
+	// the GPU (the authors' multigpu50 is the default trace followed by 909 of them).
+	multi, err := Remix(tasks, nodes, "multigpu", 0.5, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var multiGPU, allGPU int64
 	cpuOnly := 0
-	for _, task := range multi {
+	for i, task := range multi {
+		if strings.Contains(task.Name, "remix") {
+			t.Fatalf("multigpu50 added task %d (%s) to a trace where multi-GPU tasks request more than half the GPU", i, task.Name)
+		}
 		if task.NumGPU == 0 {
 			cpuOnly++
-		} else if task.NumGPU < 2 {
-			t.Fatalf("multigpu=1 kept a %d-GPU task", task.NumGPU)
 		}
+		if task.NumGPU > 1 {
+			multiGPU += task.RequestedGPUMilli()
+		}
+		allGPU += task.RequestedGPUMilli()
 	}
-	if len(multi) != len(tasks) || cpuOnly != 200 {
-		t.Fatalf("remix changed the size (%d) or the CPU-only tasks (%d)", len(multi), cpuOnly)
+	// Multi-GPU tasks request 0.755 of the GPU before: 0.5 is below, so some go.
+	if got := float64(multiGPU) / float64(allGPU); math.Abs(got-0.5) > 0.01 || cpuOnly != 200 {
+		t.Fatalf("multigpu50: multi-GPU tasks request %.3f of the GPU, %d CPU-only tasks; want 0.50 and 200", got, cpuOnly)
+	}
+	multi, err = Remix(tasks, nodes, "multigpu", 0.9, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	multiGPU, allGPU = 0, 0
+	for i, task := range multi {
+		if i < len(tasks) && task.Name != tasks[i].Name {
+			t.Fatalf("multigpu90 changed task %d: %+v, was %+v", i, task, tasks[i])
+		}
+		if i >= len(tasks) && task.NumGPU < 2 {
+			t.Fatalf("multigpu90 added a %d-GPU task", task.NumGPU)
+		}
+		if task.NumGPU > 1 {
+			multiGPU += task.RequestedGPUMilli()
+		}
+		allGPU += task.RequestedGPUMilli()
+	}
+	if got := float64(multiGPU) / float64(allGPU); math.Abs(got-0.9) > 0.01 || len(multi) <= len(tasks) {
+		t.Fatalf("multigpu90: multi-GPU tasks request %.3f of the GPU over %d tasks; want 0.90 over more than %d", got, len(multi), len(tasks))
 	}
 
+	// On a cluster without openb's models, a constrained task gets one model whose
+	// nodes can take it.
 	spec, err := Remix(tasks, nodes, "gpuspec", 1, 7)
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +326,77 @@ func TestRemix(t *testing.T) {
 	if cpuOnly != 200 || len(cpu) != 800 {
 		t.Fatalf("cpu250: %d CPU-only tasks of %d, want 200 of 800", cpuOnly, len(cpu))
 	}
+	// cpu050 keeps a subset of the CPU-only tasks (no repeats), every GPU task.
+	cpu, err = Remix(tasks, nodes, "cpu", 0.05, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuOnly = 0
+	for _, task := range cpu {
+		if task.NumGPU == 0 {
+			cpuOnly++
+			if strings.Contains(task.Name, "remix") {
+				t.Fatalf("cpu050 drew a CPU-only task (%s) rather than keeping a subset", task.Name)
+			}
+		}
+	}
+	if want := int(math.Round(0.05 / 0.95 * 600)); cpuOnly != want || len(cpu) != 600+want {
+		t.Fatalf("cpu050: %d CPU-only tasks of %d, want %d of %d", cpuOnly, len(cpu), want, 600+want)
+	}
 	if _, _, err := ParseRemix("gpushare"); err == nil {
 		t.Fatal(`ParseRemix("gpushare") accepted a family without its percentage`)
+	}
+}
+
+// TestRemixProductionSpecs: on openb's models, gpuspec draws production's
+// constraints (T4 most often), only ones some node can satisfy, on the given
+// fraction of the GPU tasks.
+func TestRemixProductionSpecs(t *testing.T) {
+	dir := t.TempDir()
+	nodes, err := LoadNodes(writeFile(t, dir, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\n"+
+		"t4,104000,524288,2,T4\ng2,96000,393216,8,G2\nv100,96000,786432,8,V100M32\np100,64000,262144,2,P100\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tasks []Task
+	for i := 0; i < 1000; i++ {
+		tasks = append(tasks, Task{Name: "one", MilliCPU: 8000, NumGPU: 1, GPUMilli: 1000}, Task{Name: "eight", MilliCPU: 64000, NumGPU: 8, GPUMilli: 1000}, Task{Name: "cpu", MilliCPU: 4000})
+	}
+	spec, err := Remix(tasks, nodes, "gpuspec", 0.33, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	constrained, gpuTasks := 0, 0
+	bySpec := map[string]int{}
+	for _, task := range spec {
+		if task.NumGPU == 0 {
+			if task.Models != nil {
+				t.Fatal("a CPU-only task was given GPU models")
+			}
+			continue
+		}
+		gpuTasks++
+		if task.Models == nil {
+			continue
+		}
+		constrained++
+		s := strings.Join(task.Models, "|")
+		if task.NumGPU == 1 {
+			bySpec[s]++
+		}
+		if task.NumGPU == 8 && !strings.Contains(s, "G2") && !strings.Contains(s, "V100M32") {
+			t.Fatalf("an 8-GPU task may run only on %s, where no node has 8 GPUs", s)
+		}
+	}
+	if got := float64(constrained) / float64(gpuTasks); math.Abs(got-0.33) > 0.001 {
+		t.Fatalf("%.3f of the GPU tasks are constrained, want 0.33", got)
+	}
+	for s, n := range bySpec {
+		if s != "T4" && n > bySpec["T4"] {
+			t.Fatalf("%s (%d tasks) drawn more often than T4 (%d): %v", s, n, bySpec["T4"], bySpec)
+		}
+	}
+	if bySpec["G3"] > 0 {
+		t.Fatal("G3 drawn on a cluster without G3 nodes")
 	}
 }
