@@ -17,14 +17,14 @@ import (
 // harness holds what rounds share: the scheduler replicas and the random source.
 type harness struct {
 	rng      *rand.Rand
-	replicas []*scheduler
+	replicas []*Scheduler
 	checker  *invariant.Checker
 }
 
 // stopSchedulers SIGKILLs every replica.
 func (h *harness) stopSchedulers() error {
 	for _, r := range h.replicas {
-		if err := kill(r.pid); err != nil {
+		if err := kill(r.PID); err != nil {
 			return err
 		}
 	}
@@ -44,17 +44,17 @@ func (h *harness) restartScheduler(ctx context.Context, down time.Duration) erro
 
 // ensureScheduler leaves exactly one replica without leader election running.
 func (h *harness) ensureScheduler(ctx context.Context) error {
-	if len(h.replicas) == 1 && env.Exited(h.replicas[0].name) == nil {
+	if len(h.replicas) == 1 && env.Exited(h.replicas[0].Name) == nil {
 		return nil
 	}
 	if err := h.stopSchedulers(); err != nil {
 		return err
 	}
-	s, err := startScheduler(ctx, env, schedulerBin, false)
+	s, err := StartScheduler(ctx, env, schedulerBin, false)
 	if err != nil {
 		return err
 	}
-	h.replicas = []*scheduler{s}
+	h.replicas = []*Scheduler{s}
 	return nil
 }
 

@@ -1,10 +1,3 @@
-// Package chaos runs randomized rounds of work against a real control plane (etcd,
-// kube-apiserver, kube-controller-manager, kwok GPU nodes, the KubeRay operator) and
-// the real gantry-scheduler binary, injects one fault per round at a random moment,
-// and checks Gantry's invariants (test/invariant) all the time and once the round has
-// settled. ROUNDS sets the number of rounds (default 3, `make chaos` runs 100),
-// CHAOS_SEED the seed (default: the clock; it is logged), CHAOS_FAULTS a
-// comma-separated subset of fault names.
 package chaos
 
 import (
@@ -23,16 +16,14 @@ import (
 )
 
 const (
-	leaseNamespace = "gantry-system"
-	nodeCount      = 4
-	gpusPerNode    = 4
-	gpuMemoryMiB   = 23028
+	nodeCount    = 4
+	gpusPerNode  = 4
+	gpuMemoryMiB = 23028
 )
 
 var (
-	env              *testenv.Env
-	schedulerBin     string
-	metav1GetOptions = metav1.GetOptions{}
+	env          *testenv.Env
+	schedulerBin string
 )
 
 func TestMain(m *testing.M) {
@@ -44,10 +35,10 @@ func TestMain(m *testing.M) {
 // queues every round uses.
 func setup(ctx context.Context, e *testenv.Env) error {
 	var err error
-	if schedulerBin, err = buildScheduler(e.Dir); err != nil {
+	if schedulerBin, err = BuildScheduler(e.Dir); err != nil {
 		return err
 	}
-	if err := e.CreateNamespace(ctx, leaseNamespace); err != nil {
+	if err := e.CreateNamespace(ctx, LeaseNamespace); err != nil {
 		return err
 	}
 	certDir := filepath.Join(e.Dir, "webhook")
@@ -62,7 +53,7 @@ func setup(ctx context.Context, e *testenv.Env) error {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	// A replica that serves no pods: the webhook server alone, so that taking it down
 	// does not stop scheduling.
-	if _, err := startScheduler(ctx, e, schedulerBin, false, "--scheduler-name=chaos-webhook-only",
+	if _, err := StartScheduler(ctx, e, schedulerBin, false, "--scheduler-name=chaos-webhook-only",
 		"--webhook-bind-address="+addr, "--webhook-cert-dir="+certDir); err != nil {
 		return err
 	}

@@ -1,3 +1,13 @@
+// Package chaos runs randomized rounds of work against a real control plane (etcd,
+// kube-apiserver, kube-controller-manager, kwok GPU nodes, the KubeRay operator) and
+// the real gantry-scheduler binary, injects one fault per round at a random moment,
+// and checks Gantry's invariants (test/invariant) all the time and once the round has
+// settled. ROUNDS sets the number of rounds (default 3, `make chaos` runs 100),
+// CHAOS_SEED the seed (default: the clock; it is logged), CHAOS_FAULTS a
+// comma-separated subset of fault names.
+//
+// This file holds what other harnesses (test/soak) reuse: building and running
+// gantry-scheduler replicas, and restarting control-plane components.
 package chaos
 
 import (
@@ -13,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gantry-dev/gantry/test/testenv"
@@ -82,8 +93,8 @@ func waitAPIServer(ctx context.Context, env *testenv.Env, timeout time.Duration)
 	})
 }
 
-// buildScheduler builds cmd/scheduler into dir and returns the binary's path.
-func buildScheduler(dir string) (string, error) {
+// BuildScheduler builds cmd/scheduler into dir and returns the binary's path.
+func BuildScheduler(dir string) (string, error) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
@@ -99,18 +110,20 @@ func buildScheduler(dir string) (string, error) {
 
 var replicaSeq atomic.Int64
 
-// scheduler is one gantry-scheduler replica run from the built binary.
-type scheduler struct {
-	name        string
-	pid         int
-	metricsAddr string
-	probeAddr   string
+// Scheduler is one gantry-scheduler replica run from the built binary.
+type Scheduler struct {
+	// Name is its process name in the testenv.Env; PID its process (group) id.
+	Name string
+	PID  int
+	// MetricsAddr serves /metrics, ProbeAddr /healthz and /readyz (host:port).
+	MetricsAddr string
+	ProbeAddr   string
 }
 
-// startScheduler runs a replica serving gantry-scheduler and kai-scheduler pods
+// StartScheduler runs a replica serving gantry-scheduler and kai-scheduler pods
 // (KubeRay stamps kai-scheduler), and waits until it is ready: at once with leader
 // election (a standby is ready), after its informers synced without.
-func startScheduler(ctx context.Context, env *testenv.Env, bin string, leaderElect bool, extra ...string) (*scheduler, error) {
+func StartScheduler(ctx context.Context, env *testenv.Env, bin string, leaderElect bool, extra ...string) (*Scheduler, error) {
 	metrics, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
@@ -119,10 +132,10 @@ func startScheduler(ctx context.Context, env *testenv.Env, bin string, leaderEle
 	if err != nil {
 		return nil, err
 	}
-	s := &scheduler{
-		name:        fmt.Sprintf("gantry-scheduler-%d", replicaSeq.Add(1)),
-		metricsAddr: fmt.Sprintf("127.0.0.1:%d", metrics),
-		probeAddr:   fmt.Sprintf("127.0.0.1:%d", probe),
+	s := &Scheduler{
+		Name:        fmt.Sprintf("gantry-scheduler-%d", replicaSeq.Add(1)),
+		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", metrics),
+		ProbeAddr:   fmt.Sprintf("127.0.0.1:%d", probe),
 	}
 	args := append([]string{
 		"--kubeconfig=" + env.Kubeconfig,
@@ -130,17 +143,17 @@ func startScheduler(ctx context.Context, env *testenv.Env, bin string, leaderEle
 		fmt.Sprintf("--leader-elect=%v", leaderElect),
 		"--leader-elect-name=gantry-chaos",
 		"--kube-api-qps=500", "--kube-api-burst=1000",
-		"--metrics-bind-address=" + s.metricsAddr,
-		"--health-probe-bind-address=" + s.probeAddr,
+		"--metrics-bind-address=" + s.MetricsAddr,
+		"--health-probe-bind-address=" + s.ProbeAddr,
 	}, extra...)
-	if s.pid, err = env.StartProcess(s.name, bin, false, args...); err != nil {
+	if s.PID, err = env.StartProcess(s.Name, bin, false, args...); err != nil {
 		return nil, err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
-		if err := env.Exited(s.name); err != nil {
+		if err := env.Exited(s.Name); err != nil {
 			return false, err
 		}
-		resp, err := http.Get("http://" + s.probeAddr + "/readyz")
+		resp, err := http.Get("http://" + s.ProbeAddr + "/readyz")
 		if err != nil {
 			return false, nil
 		}
@@ -148,24 +161,27 @@ func startScheduler(ctx context.Context, env *testenv.Env, bin string, leaderEle
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s not ready: %w", s.name, err)
+		return nil, fmt.Errorf("%s not ready: %w", s.Name, err)
 	}
 	return s, nil
 }
 
 // leaderOf returns which of replicas holds the gantry-chaos Lease (its identity ends
 // in the pid), or nil.
-func leaderOf(ctx context.Context, env *testenv.Env, replicas []*scheduler) *scheduler {
-	l, err := env.Client.CoordinationV1().Leases(leaseNamespace).Get(ctx, "gantry-chaos", metav1GetOptions)
+func leaderOf(ctx context.Context, env *testenv.Env, replicas []*Scheduler) *Scheduler {
+	l, err := env.Client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, "gantry-chaos", metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return nil
 	}
 	for _, r := range replicas {
-		if strings.HasSuffix(*l.Spec.HolderIdentity, fmt.Sprintf("_%d", r.pid)) {
+		if strings.HasSuffix(*l.Spec.HolderIdentity, fmt.Sprintf("_%d", r.PID)) {
 			return r
 		}
 	}
 	return nil
 }
+
+// LeaseNamespace holds the replicas' leader-election Lease (gantry-chaos).
+const LeaseNamespace = "gantry-system"
 
 var errNoLeader = errors.New("no replica took the Lease")

@@ -105,13 +105,13 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 		return 0, err
 	}
 	for i := 0; i < 2; i++ {
-		s, err := startScheduler(ctx, env, schedulerBin, true)
+		s, err := StartScheduler(ctx, env, schedulerBin, true)
 		if err != nil {
 			return 0, err
 		}
 		h.replicas = append(h.replicas, s)
 	}
-	var leader *scheduler
+	var leader *Scheduler
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		leader = leaderOf(ctx, env, h.replicas)
 		return leader != nil, nil
@@ -122,7 +122,7 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 		return 0, err
 	}
 	time.Sleep(jitter(h.rng, 3*time.Second))
-	if err := kill(leader.pid); err != nil {
+	if err := kill(leader.PID); err != nil {
 		return 0, err
 	}
 	for i, r := range h.replicas {
