@@ -19,6 +19,9 @@ type harness struct {
 	rng      *rand.Rand
 	replicas []*Scheduler
 	checker  *invariant.Checker
+	// electing is true while the replicas run with leader election (a handover
+	// round); the next round gets a single replica without it again.
+	electing bool
 }
 
 // stopSchedulers SIGKILLs every replica.
@@ -44,7 +47,7 @@ func (h *harness) restartScheduler(ctx context.Context, down time.Duration) erro
 
 // ensureScheduler leaves exactly one replica without leader election running.
 func (h *harness) ensureScheduler(ctx context.Context) error {
-	if len(h.replicas) == 1 && env.Exited(h.replicas[0].Name) == nil {
+	if len(h.replicas) == 1 && !h.electing && env.Exited(h.replicas[0].Name) == nil {
 		return nil
 	}
 	if err := h.stopSchedulers(); err != nil {
@@ -54,7 +57,7 @@ func (h *harness) ensureScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.replicas = []*Scheduler{s}
+	h.replicas, h.electing = []*Scheduler{s}, false
 	return nil
 }
 

@@ -104,6 +104,7 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 	if err := h.stopSchedulers(); err != nil {
 		return 0, err
 	}
+	h.electing = true
 	for i := 0; i < 2; i++ {
 		s, err := StartScheduler(ctx, env, schedulerBin, true)
 		if err != nil {
@@ -216,7 +217,7 @@ func webhookDown(ctx context.Context, h *harness, ns string) (int, error) {
 
 // lateRayCRDs removes KubeRay (operator and CRDs), restarts the scheduler without
 // them, installs them again and creates a Ray cluster: the running scheduler must
-// schedule it without another restart.
+// become ready without them and schedule the cluster without another restart.
 func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 	op, pid, err := capture(env, "kuberay-operator")
 	if err != nil {
@@ -225,35 +226,44 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 	if err := kill(pid); err != nil {
 		return 0, err
 	}
-	ext, err := apiextensionsclient.NewForConfig(env.Config)
-	if err != nil {
-		return 0, err
-	}
-	crds := []string{"rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"}
-	for _, name := range crds {
-		if err := ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return 0, err
+	// Whatever happens, KubeRay comes back for the rounds after this one.
+	restored := false
+	restore := func() error {
+		if restored {
+			return nil
 		}
+		restored = true
+		bin, err := testenv.BinDir()
+		if err != nil {
+			return err
+		}
+		if err := testenv.InstallCRDs(ctx, env.Config, filepath.Join(bin, "kuberay-crds")); err != nil {
+			return err
+		}
+		_, err = env.StartProcess(op.name, op.args[0], false, op.args[1:]...)
+		return err
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crds[0], metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		return 0, fmt.Errorf("KubeRay CRDs not removed: %w", err)
-	}
-	if err := h.restartScheduler(ctx, 0); err != nil {
+	defer func() { _ = restore() }()
+	if err := removeRayCRDs(ctx); err != nil {
 		return 0, err
 	}
+	if err := h.stopSchedulers(); err != nil {
+		return 0, err
+	}
+	started := make(chan error, 1)
+	go func() {
+		s, err := StartScheduler(ctx, env, schedulerBin, false)
+		if err == nil {
+			h.replicas = []*Scheduler{s}
+		}
+		started <- err
+	}()
 	time.Sleep(jitter(h.rng, 3*time.Second))
-	bin, err := testenv.BinDir()
-	if err != nil {
+	if err := restore(); err != nil {
 		return 0, err
 	}
-	if err := testenv.InstallCRDs(ctx, env.Config, filepath.Join(bin, "kuberay-crds")); err != nil {
-		return 0, err
-	}
-	if _, err := env.StartProcess(op.name, op.args[0], false, op.args[1:]...); err != nil {
-		return 0, err
+	if err := <-started; err != nil {
+		return 0, fmt.Errorf("scheduler started while KubeRay's CRDs were missing: %w", err)
 	}
 	workers := 1 + h.rng.IntN(3)
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -262,4 +272,21 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 		return 0, fmt.Errorf("RayCluster not created after the CRDs came back: %w", err)
 	}
 	return workers + 1, nil
+}
+
+func removeRayCRDs(ctx context.Context) error {
+	ext, err := apiextensionsclient.NewForConfig(env.Config)
+	if err != nil {
+		return err
+	}
+	crds := []string{"rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"}
+	for _, name := range crds {
+		if err := ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crds[0], metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }

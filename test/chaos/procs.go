@@ -161,6 +161,8 @@ func StartScheduler(ctx context.Context, env *testenv.Env, bin string, leaderEle
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
+		// Not left running: a replica that becomes ready later would schedule unseen.
+		_ = kill(s.PID)
 		return nil, fmt.Errorf("%s not ready: %w", s.Name, err)
 	}
 	return s, nil
