@@ -180,6 +180,7 @@ func TestClaimOvercommits(t *testing.T) {
 func TestPartialGangReportedAfterGrace(t *testing.T) {
 	tr := NewTracker(Rules{GangGrace: 5 * time.Second})
 	nodes := []*corev1.Node{node("n", 8, "")}
+	tr.Observe(&State{Now: t0, Nodes: nodes})
 	pending := State{Now: t0, Nodes: nodes, Pods: []*corev1.Pod{pod("a", member("g", "2")), pod("b", member("g", "2"))}}
 	if vs := tr.Observe(&pending); len(vs) > 0 {
 		t.Fatalf("a pending gang: %s", kinds(vs))
@@ -191,6 +192,28 @@ func TestPartialGangReportedAfterGrace(t *testing.T) {
 	half.Now = t0.Add(7 * time.Second)
 	if got := kinds(tr.Observe(&half)); got != "PartialGang gang podgroup:ns/g" {
 		t.Fatalf("partial past the grace: %q", got)
+	}
+}
+
+func TestBaselineIsNotReported(t *testing.T) {
+	// A checker attached to a running cluster: what it finds partial or over a limit
+	// at its first look, it did not see happen.
+	tr := NewTracker(Rules{GangGrace: time.Second, BoundTime: time.Hour})
+	limited := &schedv1.Queue{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: schedv1.QueueSpec{
+		Resources: &schedv1.QueueResources{GPU: &schedv1.QueueResource{Limit: 1}}}}
+	s := State{Now: t0, Queues: []*schedv1.Queue{limited}, Pods: []*corev1.Pod{
+		pod("a", member("g", "2"), on("n"), requestGPUs(2)), pod("b", member("g", "2"))}}
+	tr.Observe(&s)
+	s.Now = t0.Add(time.Minute)
+	if vs := tr.Observe(&s); len(vs) > 0 {
+		t.Fatalf("baseline reported: %s", kinds(vs))
+	}
+	// A gang that appears later, already partly bound, was bound under watch.
+	s.Pods = append(s.Pods, pod("c", member("h", "2"), on("n")), pod("d", member("h", "2")))
+	tr.Observe(&s)
+	s.Now = t0.Add(2 * time.Minute)
+	if got := kinds(tr.Observe(&s)); got != "PartialGang gang podgroup:ns/h" {
+		t.Fatalf("a new gang partly bound: %q", got)
 	}
 }
 
@@ -250,6 +273,7 @@ func TestQueueOverLimitOnlyAfterABind(t *testing.T) {
 	}
 	queues := []*schedv1.Queue{q("root", "", 2), q("team", "root", -1)}
 	tr := NewTracker(Rules{})
+	tr.Observe(&State{Now: t0, Queues: queues})
 	s := State{Now: t0, Queues: queues, Pods: []*corev1.Pod{pod("a", on("n"), label(labelQueue, "team"), requestGPUs(2))}}
 	if vs := tr.Observe(&s); len(vs) > 0 {
 		t.Fatalf("at the limit: %s", kinds(vs))

@@ -57,6 +57,9 @@ type Tracker struct {
 	preempted    map[string]*preemptionCount
 	reported     sets.Set[string]
 	violations   []Violation
+	// observed is false until the first State: what a checker attached to a running
+	// cluster finds then is its baseline, not something it saw happen.
+	observed bool
 }
 
 // NewTracker returns a Tracker with rules (zero fields take their defaults).
@@ -65,7 +68,7 @@ func NewTracker(rules Rules) *Tracker {
 	return &Tracker{
 		rules: rules, ns: sets.New(rules.Namespaces...),
 		partialSince: map[string]time.Time{}, lastBound: map[string]int{},
-		bound: sets.New[string](), preempted: map[string]*preemptionCount{}, reported: sets.New[string](),
+		preempted: map[string]*preemptionCount{}, reported: sets.New[string](),
 	}
 }
 
@@ -94,6 +97,7 @@ func (t *Tracker) Observe(s *State) []Violation {
 	vs := GPUOvercommits(s)
 	vs = append(vs, t.partialGangs(s)...)
 	vs = append(vs, t.queuesOverLimit(s)...)
+	t.observed = true
 	for _, v := range UnexplainedPods(s, t.rules.SchedulerNames, t.rules.BoundTime) {
 		if t.inScope(namespaceOf(v.Subject)) {
 			vs = append(vs, v)
@@ -119,7 +123,7 @@ func (t *Tracker) partialGangs(s *State) []Violation {
 			delete(t.partialSince, key)
 			continue
 		}
-		if _, running := t.partialSince[key]; !running && (!seen || g.Bound > last) {
+		if _, running := t.partialSince[key]; !running && ((!seen && t.observed) || (seen && g.Bound > last)) {
 			t.partialSince[key] = s.Now
 		}
 		if since, ok := t.partialSince[key]; ok && s.Now.Sub(since) > t.rules.GangGrace {
@@ -152,7 +156,7 @@ func (t *Tracker) queuesOverLimit(s *State) []Violation {
 		}
 		uid := string(p.UID)
 		now.Insert(uid)
-		if t.bound.Has(uid) {
+		if !t.observed || t.bound.Has(uid) {
 			continue
 		}
 		q := queueOf(p)
