@@ -11,6 +11,7 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
@@ -64,10 +65,10 @@ func FuzzPodDefaulter(f *testing.F) {
 			t.Fatalf("patch %s does not apply to %s: %v", resp.Patch, raw, err)
 		}
 		var before, after corev1.Pod
-		if err := json.Unmarshal(raw, &before); err != nil {
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &before); err != nil {
 			t.Fatalf("a patch for a pod that does not decode: %v", err)
 		}
-		if err := json.Unmarshal(patched, &after); err != nil {
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(patched, &after); err != nil {
 			t.Fatalf("patched pod does not decode: %v\n%s", err, patched)
 		}
 		check := func(kind string, b, a []corev1.Container) {
