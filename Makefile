@@ -19,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick run clean-tools gpu-smoke
+.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick run clean-tools gpu-smoke chaos soak fuzz
 
 # progress NAME: says which tool a cold build is on and how many are still missing, so
 # that twenty minutes of compiling does not look like a hang.
@@ -139,3 +139,32 @@ run: tools build
 ## (run it on a GPU machine; it says so and fails elsewhere).
 gpu-smoke:
 	hack/gpu-smoke.sh
+
+## chaos: ROUNDS randomized rounds (default 100), each injecting one fault (scheduler
+## SIGKILLed between binds, during evictions or in a leader handover; kube-apiserver or
+## etcd restarted; a node deleted under a gang; KubeRay restarted; the webhook down;
+## KubeRay's CRDs installed late) with the invariants checked throughout (test/chaos).
+## CHAOS_SEED replays a run; CHAOS_FAULTS=a,b picks faults. `make test` runs 3 rounds.
+ROUNDS ?= 100
+chaos: tools
+	ROUNDS=$(ROUNDS) $(GO) test -count=1 -timeout 0 -v -run TestChaos ./test/chaos
+
+## soak: SOAK_DURATION (default 30m) of churn on 1,000 kwok nodes, reporting the
+## scheduler's RSS and goroutine slopes and cycle p99 (test/soak); SOAK_OUT=file.json
+## keeps the samples.
+SOAK_DURATION ?= 30m
+soak: tools
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 0 -v -run TestSoak ./test/soak
+
+## fuzz: every native Go fuzz target (func FuzzX in *_fuzz_test.go) for FUZZTIME each
+## (default 5m). A crash is written under the package's testdata/fuzz and then replays
+## as a regression test in every `go test`.
+FUZZTIME ?= 5m
+fuzz:
+	@set -e; for f in $$(find pkg cmd test -name '*_fuzz_test.go' | sort); do \
+	  d=$$(dirname $$f); \
+	  for n in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo ">> ./$$d $$n for $(FUZZTIME)"; \
+	    $(GO) test ./$$d -run '^$$' -fuzz "^$$n\$$" -fuzztime $(FUZZTIME); \
+	  done; \
+	done

@@ -155,6 +155,11 @@ func cycleProblem(cycle []string) Problem {
 	}
 }
 
+// maxAmount bounds a quota, limit or weight in model units (bytes for memory): far
+// above any cluster (10^18 bytes is an exabyte), and far enough below the largest
+// float64 that sums over a queue tree stay finite.
+const maxAmount = 1e18
+
 func resourceProblems(name string, q *model.Queue) []Problem {
 	var problems []Problem
 	for _, r := range sortedResources(q.Resources) {
@@ -167,16 +172,28 @@ func resourceProblems(name string, q *model.Queue) []Problem {
 				Message: fmt.Sprintf("queue %s: %s ", name, resourceTitle(r)) + fmt.Sprintf(format, args...),
 			})
 		}
-		quotaOK := b.Quota == model.Unlimited || b.Quota >= 0
-		limitOK := b.Limit == model.Unlimited || b.Limit >= 0
-		if !quotaOK {
+		// NaN fails every comparison, so each check passes only good values. Infinity
+		// cannot be written in JSON, but a huge memory figure in megabytes becomes one
+		// in bytes, and sums of huge figures overflow to it: refuse both.
+		quotaOK := b.Quota == model.Unlimited || (b.Quota >= 0 && b.Quota <= maxAmount)
+		limitOK := b.Limit == model.Unlimited || (b.Limit >= 0 && b.Limit <= maxAmount)
+		switch {
+		case b.Quota < 0 && b.Quota != model.Unlimited:
 			add("quota", "quota is %s: set %s.quota to -1 (unlimited), 0 or a positive amount", amount(r, b.Quota), field)
+		case !quotaOK:
+			add("quota", "quota is %s: set %s.quota to -1 (unlimited) or an amount up to %s", amount(r, b.Quota), field, amount(r, maxAmount))
 		}
-		if !limitOK {
+		switch {
+		case b.Limit < 0 && b.Limit != model.Unlimited:
 			add("limit", "limit is %s: set %s.limit to -1 (no limit), 0 or a positive amount", amount(r, b.Limit), field)
+		case !limitOK:
+			add("limit", "limit is %s: set %s.limit to -1 (no limit) or an amount up to %s", amount(r, b.Limit), field, amount(r, maxAmount))
 		}
-		if b.OverQuotaWeight < 0 {
+		switch {
+		case b.OverQuotaWeight < 0:
 			add("overQuotaWeight", "overQuotaWeight is %g: set %s.overQuotaWeight to 0 (no share of spare capacity) or more", b.OverQuotaWeight, field)
+		case !(b.OverQuotaWeight <= maxAmount):
+			add("overQuotaWeight", "overQuotaWeight is %g: set %s.overQuotaWeight to a number from 0 to %g", b.OverQuotaWeight, field, maxAmount)
 		}
 		if !quotaOK || !limitOK || b.Limit == model.Unlimited {
 			continue

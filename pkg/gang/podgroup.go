@@ -22,7 +22,10 @@ func buildPodGroup(g *Gang, members []Member, minimum map[*Member]bool, pg *sche
 	subShort := 0
 	var short []string
 	for _, sg := range pg.Spec.SubGroups {
-		n := int(sg.MinMember)
+		// The CRD refuses a negative minMember; a negative one from elsewhere (an
+		// older CRD, a test) would take every member of the sub-group and lower the
+		// gang's total.
+		n := max(int(sg.MinMember), 0)
 		g.SubGroups = append(g.SubGroups, SubGroup{Name: sg.Name, MinMember: n})
 		subTotal += n
 		if missing := pick(bySubGroup[sg.Name], n, minimum); missing > 0 {

@@ -51,7 +51,16 @@ func buildRay(g *Gang, members []Member, minimum map[*Member]bool, lookup Lookup
 			continue // its pods, if any remain, are all elastic
 		}
 		replicas, hosts := minimumReplicas(spec), max(spec.NumOfHosts, 1)
-		g.MinMember += int(replicas * hosts)
+		if replicas < 0 {
+			// Counted as 0; a negative count would shrink the gang below its head
+			// and let part of it start alone.
+			g.Warnings = append(g.Warnings, fmt.Sprintf(
+				"RayCluster %s/%s: worker group %s asks for %d replicas: set minReplicas (or replicas) to 0 or more",
+				g.Namespace, g.Name, spec.GroupName, replicas))
+			replicas = 0
+		}
+		// In int: int32 replicas × numOfHosts can overflow int32.
+		g.MinMember += int(replicas) * int(hosts)
 		g.MissingPods += pickWorkers(workers[spec.GroupName], int(replicas), int(hosts), minimum)
 	}
 	if cluster.Spec.Suspend != nil && *cluster.Spec.Suspend {

@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // PodDefaulter is the http.Handler of a mutating webhook for pods that sets, for every
@@ -33,7 +34,9 @@ func (PodDefaulter) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 		return allow(nil)
 	}
 	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	// Case-sensitive, as the API server decodes: encoding/json would read "speC" as
+	// spec, and a patch for /spec/... would then not apply to the object sent.
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &pod); err != nil {
 		// Fail open: the API server's own validation will say what is wrong.
 		return allow(nil)
 	}

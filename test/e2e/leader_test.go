@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gantry-dev/gantry/test/invariant"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -31,6 +32,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	}
 	ns := namespace(t)
 	createNodes(t, gpuNode(ns+"-a", 4, "NVIDIA-A10G", 23028))
+	invariant.Watch(t, invariant.Config{RestConfig: env.Config, Rules: invariant.Rules{SchedulerNames: []string{sched}, Namespaces: []string{ns}}})
 	pids := map[string]int{}
 	for _, replica := range []string{"ha-0", "ha-1"} {
 		pid, err := env.StartProcess(replica, filepath.Join(bin, "gantry-scheduler"), false,

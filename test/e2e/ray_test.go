@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantry-dev/gantry/test/invariant"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -65,6 +66,7 @@ func rayPods(ps []corev1.Pod, cluster string) []corev1.Pod {
 func TestSeedScenario(t *testing.T) {
 	requireEnv(t)
 	ns := namespace(t)
+	invariant.Watch(t, invariant.Config{RestConfig: env.Config, Rules: invariant.Rules{SchedulerNames: []string{"gantry-scheduler", "kai-scheduler"}, Namespaces: []string{ns}}})
 	createSharedNodes(t, "", seedNode("seed-a10g"))
 	applySeed(t, "", "queues.yaml")
 	applyPriorityClasses(t)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/test/invariant"
 )
 
 // runScheduler runs a scheduler of its own for one test, serving only name.
@@ -46,6 +47,7 @@ func TestRestartDuringPreemption(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	const sched = "restart-scheduler"
+	invariant.Watch(t, invariant.Config{RestConfig: env.Config, Rules: invariant.Rules{SchedulerNames: []string{sched}, Namespaces: []string{ns}}})
 	applyPriorityClasses(t)
 	createNodes(t, gpuNode(ns+"-a", 1, "NVIDIA-A10G", 23028))
 	first := runScheduler(t, sched)

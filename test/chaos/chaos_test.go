@@ -1,0 +1,199 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-dev/gantry/test/invariant"
+)
+
+// harness holds what rounds share: the scheduler replicas and the random source.
+type harness struct {
+	rng      *rand.Rand
+	replicas []*Scheduler
+	checker  *invariant.Checker
+	// electing is true while the replicas run with leader election (a handover
+	// round); the next round gets a single replica without it again.
+	electing bool
+}
+
+// stopSchedulers SIGKILLs every replica.
+func (h *harness) stopSchedulers() error {
+	for _, r := range h.replicas {
+		if err := kill(r.PID); err != nil {
+			return err
+		}
+	}
+	h.replicas = nil
+	return nil
+}
+
+// restartScheduler SIGKILLs every replica and, after down, starts one replica without
+// leader election.
+func (h *harness) restartScheduler(ctx context.Context, down time.Duration) error {
+	if err := h.stopSchedulers(); err != nil {
+		return err
+	}
+	time.Sleep(down)
+	return h.ensureScheduler(ctx)
+}
+
+// ensureScheduler leaves exactly one replica without leader election running.
+func (h *harness) ensureScheduler(ctx context.Context) error {
+	if len(h.replicas) == 1 && !h.electing && env.Exited(h.replicas[0].Name) == nil {
+		return nil
+	}
+	if err := h.stopSchedulers(); err != nil {
+		return err
+	}
+	s, err := StartScheduler(ctx, env, schedulerBin, false)
+	if err != nil {
+		return err
+	}
+	h.replicas, h.electing = []*Scheduler{s}, false
+	return nil
+}
+
+type tally struct{ rounds, failed int }
+
+// TestChaos runs ROUNDS randomized rounds (default 3), each with one fault, checking
+// the invariants throughout and at rest.
+func TestChaos(t *testing.T) {
+	if env == nil {
+		t.Skip("integration test: needs the control plane (not started with -short)")
+	}
+	rounds := envInt(t, "ROUNDS", 3)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("chaos: %d rounds, CHAOS_SEED=%d", rounds, seed)
+	chosen := selectFaults(t, os.Getenv("CHAOS_FAULTS"))
+
+	ctx := context.Background()
+	checker, err := invariant.Start(ctx, invariant.Config{RestConfig: env.Config, Logf: t.Logf, Rules: invariant.Rules{
+		SchedulerNames: []string{"gantry-scheduler", "kai-scheduler"},
+		// One bind round, plus the 15 s Lease a standby waits out in a handover and a
+		// restart's informer sync.
+		GangGrace: 30 * time.Second,
+		BoundTime: 90 * time.Second,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer checker.Stop()
+	h := &harness{rng: rand.New(rand.NewPCG(seed, 0x6a6e7472)), checker: checker}
+	if err := h.ensureScheduler(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.stopSchedulers() }()
+
+	results := map[string]*tally{}
+	for i := 0; i < rounds; i++ {
+		f := chosen[h.rng.IntN(len(chosen))]
+		if results[f.name] == nil {
+			results[f.name] = &tally{}
+		}
+		results[f.name].rounds++
+		before := len(checker.Violations())
+		t.Run(fmt.Sprintf("%03d-%s", i, f.name), func(t *testing.T) {
+			h.round(t, i, f)
+			for _, v := range checker.Violations()[before:] {
+				t.Errorf("invariant broken: %s", v)
+			}
+			if t.Failed() {
+				results[f.name].failed++
+			}
+		})
+	}
+	var names []string
+	for n := range results {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t.Logf("chaos summary: %-34s rounds %3d failed %3d", n, results[n].rounds, results[n].failed)
+	}
+}
+
+// round runs one fault in a fresh namespace and checks the settled cluster.
+func (h *harness) round(t *testing.T, i int, f fault) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ns := fmt.Sprintf("chaos-%03d", i)
+	if err := env.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := cleanNamespace(ctx, ns); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		if err := h.ensureScheduler(ctx); err != nil {
+			t.Fatalf("scheduler after the round: %v", err)
+		}
+	}()
+	wantBound, err := f.run(ctx, h, ns)
+	if err != nil {
+		t.Errorf("fault %s: %v", f.name, err)
+	}
+	if err := waitAPIServer(ctx, env, 60*time.Second); err != nil {
+		t.Fatalf("API server not back: %v", err)
+	}
+	if err := h.checker.WaitSettled(ctx, 120*time.Second); err != nil {
+		h.checker.Record(invariant.Violation{Kind: invariant.NotSettled, Subject: "round " + ns, At: time.Now(),
+			Message: fmt.Sprintf("after %s the cluster did not settle in 120s: %v", f.name, err)})
+	}
+	if wantBound > 0 {
+		if ps, err := waitPods(ctx, ns, 120*time.Second, allBound(wantBound)); err != nil {
+			h.checker.Record(invariant.Violation{Kind: invariant.NotSettled, Subject: "round " + ns, At: time.Now(),
+				Message: fmt.Sprintf("after %s, %d pods not all bound once capacity returned:%s", f.name, wantBound, describe(ps))})
+		}
+	}
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		t.Fatalf("%s=%q: want a whole number ≥ 1", name, s)
+	}
+	return v
+}
+
+func selectFaults(t *testing.T, spec string) []fault {
+	if spec == "" {
+		return faults
+	}
+	var out []fault
+	for _, name := range strings.Split(spec, ",") {
+		found := false
+		for _, f := range faults {
+			if f.name == strings.TrimSpace(name) {
+				out = append(out, f)
+				found = true
+			}
+		}
+		if !found {
+			var all []string
+			for _, f := range faults {
+				all = append(all, f.name)
+			}
+			t.Fatalf("CHAOS_FAULTS: unknown fault %q; known: %s", name, strings.Join(all, ", "))
+		}
+	}
+	return out
+}

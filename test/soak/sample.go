@@ -1,0 +1,187 @@
+// Package soak runs gantry-scheduler for a long stretch of churn on 1,000 kwok nodes
+// and reports whether it stays flat: its resident memory and goroutine count (their
+// slope after warm-up) and its cycle-latency p99 at the start and at the end. The
+// test is TestSoak; it runs only when SOAK_DURATION is set (`make soak` sets 30m).
+//
+// This file holds the sampling and the figures, which are pure and unit-tested.
+package soak
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// cycleMetric is the scheduler's cycle-latency histogram.
+const cycleMetric = "gantry_scheduler_cycle_duration_seconds"
+
+// Sample is one scrape of the scheduler's /metrics.
+type Sample struct {
+	At         time.Time `json:"at"`
+	RSSBytes   float64   `json:"rssBytes"`
+	Goroutines float64   `json:"goroutines"`
+	// Cycle is the cumulative cycle-latency histogram: upper bound → count.
+	Cycle map[float64]uint64 `json:"-"`
+}
+
+// ParseSample reads the figures a soak tracks from a Prometheus text exposition.
+func ParseSample(at time.Time, r io.Reader) (Sample, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return Sample{}, fmt.Errorf("parse /metrics: %w", err)
+	}
+	s := Sample{At: at, Cycle: map[float64]uint64{}}
+	gauge := func(name string) (float64, error) {
+		f := fams[name]
+		if f == nil || len(f.Metric) == 0 {
+			return 0, fmt.Errorf("/metrics has no %s", name)
+		}
+		m := f.Metric[0]
+		switch {
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), nil
+		case m.Untyped != nil:
+			return m.Untyped.GetValue(), nil
+		}
+		return 0, fmt.Errorf("%s is not a gauge", name)
+	}
+	if s.RSSBytes, err = gauge("process_resident_memory_bytes"); err != nil {
+		return s, err
+	}
+	if s.Goroutines, err = gauge("go_goroutines"); err != nil {
+		return s, err
+	}
+	if f := fams[cycleMetric]; f != nil && len(f.Metric) > 0 && f.Metric[0].Histogram != nil {
+		s.Cycle = buckets(f.Metric[0].Histogram)
+	}
+	return s, nil
+}
+
+func buckets(h *dto.Histogram) map[float64]uint64 {
+	out := map[float64]uint64{math.Inf(1): h.GetSampleCount()}
+	for _, b := range h.Bucket {
+		out[b.GetUpperBound()] = b.GetCumulativeCount()
+	}
+	return out
+}
+
+// P99Between is the 99th percentile of the cycles observed between two samples, as
+// the upper bound of the bucket that holds it (Prometheus buckets are all we have),
+// and how many cycles that was.
+func P99Between(from, to Sample) (seconds float64, cycles uint64) {
+	var bounds []float64
+	for b := range to.Cycle {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	total := to.Cycle[math.Inf(1)] - from.Cycle[math.Inf(1)]
+	if total == 0 {
+		return math.NaN(), 0
+	}
+	rank := uint64(math.Ceil(0.99 * float64(total)))
+	for _, b := range bounds {
+		if to.Cycle[b]-from.Cycle[b] >= rank {
+			return b, total
+		}
+	}
+	return math.Inf(1), total
+}
+
+// Slope fits y = a + b·t by least squares over the samples and returns b per minute
+// and the fitted value at the first sample (for a relative growth).
+func Slope(samples []Sample, y func(Sample) float64) (perMinute, start float64) {
+	n := float64(len(samples))
+	if n < 2 {
+		return 0, 0
+	}
+	t0 := samples[0].At
+	var sx, sy, sxx, sxy float64
+	for _, s := range samples {
+		x := s.At.Sub(t0).Minutes()
+		v := y(s)
+		sx, sy, sxx, sxy = sx+x, sy+v, sxx+x*x, sxy+x*v
+	}
+	den := n*sxx - sx*sx
+	if den == 0 {
+		return 0, sy / n
+	}
+	b := (n*sxy - sx*sy) / den
+	return b, (sy - b*sx) / n
+}
+
+// Report is what a soak measured.
+type Report struct {
+	Duration    time.Duration `json:"duration"`
+	WarmUp      time.Duration `json:"warmUp"`
+	Samples     int           `json:"samples"`
+	RSSStartMiB float64       `json:"rssStartMiB"`
+	// RSSSlopeMiBPerMin is the fitted slope after warm-up; RSSGrowthPct that slope
+	// over the rest of the run, as a percentage of the fitted start.
+	RSSSlopeMiBPerMin       float64 `json:"rssSlopeMiBPerMin"`
+	RSSGrowthPct            float64 `json:"rssGrowthPct"`
+	GoroutinesStart         float64 `json:"goroutinesStart"`
+	GoroutinesEnd           float64 `json:"goroutinesEnd"`
+	GoroutineSlopePerMin    float64 `json:"goroutineSlopePerMin"`
+	CycleP99FirstSeconds    float64 `json:"cycleP99FirstSeconds"`
+	CycleP99LastSeconds     float64 `json:"cycleP99LastSeconds"`
+	CyclesFirst, CyclesLast uint64
+	Window                  time.Duration `json:"window"`
+}
+
+// Summarize computes a Report from samples in time order: warm-up is left out of the
+// slopes, and the p99 compares the first and the last window after warm-up.
+func Summarize(samples []Sample, warmUp, window time.Duration) (Report, error) {
+	if len(samples) < 4 {
+		return Report{}, fmt.Errorf("only %d samples: run longer", len(samples))
+	}
+	start := samples[0].At
+	var steady []Sample
+	for _, s := range samples {
+		if s.At.Sub(start) >= warmUp {
+			steady = append(steady, s)
+		}
+	}
+	if len(steady) < 3 {
+		return Report{}, fmt.Errorf("only %d samples after a %s warm-up: run longer", len(steady), warmUp)
+	}
+	r := Report{Duration: samples[len(samples)-1].At.Sub(start), WarmUp: warmUp, Samples: len(samples), Window: window}
+	slope, base := Slope(steady, func(s Sample) float64 { return s.RSSBytes / (1 << 20) })
+	span := steady[len(steady)-1].At.Sub(steady[0].At).Minutes()
+	r.RSSStartMiB, r.RSSSlopeMiBPerMin = base, slope
+	if base > 0 {
+		r.RSSGrowthPct = 100 * slope * span / base
+	}
+	r.GoroutineSlopePerMin, _ = Slope(steady, func(s Sample) float64 { return s.Goroutines })
+	r.GoroutinesStart, r.GoroutinesEnd = steady[0].Goroutines, steady[len(steady)-1].Goroutines
+	first, last := steady[0], steady[len(steady)-1]
+	firstEnd, lastStart := first, last
+	for _, s := range steady {
+		if s.At.Sub(first.At) <= window {
+			firstEnd = s
+		}
+	}
+	for i := len(steady) - 1; i >= 0 && last.At.Sub(steady[i].At) <= window; i-- {
+		lastStart = steady[i]
+	}
+	r.CycleP99FirstSeconds, r.CyclesFirst = P99Between(first, firstEnd)
+	r.CycleP99LastSeconds, r.CyclesLast = P99Between(lastStart, last)
+	return r, nil
+}
+
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "soak %s (warm-up %s, %d samples)\n", r.Duration.Round(time.Second), r.WarmUp, r.Samples)
+	fmt.Fprintf(&b, "  RSS: %.1f MiB at the start of the steady part, slope %+.3f MiB/min, growth %+.2f%% (goal < 5%%)\n", r.RSSStartMiB, r.RSSSlopeMiBPerMin, r.RSSGrowthPct)
+	fmt.Fprintf(&b, "  goroutines: %.0f → %.0f, slope %+.3f/min (goal: no growth)\n", r.GoroutinesStart, r.GoroutinesEnd, r.GoroutineSlopePerMin)
+	fmt.Fprintf(&b, "  cycle p99 (bucket bound): first %s %.4gs over %d cycles, last %s %.4gs over %d cycles (goal: the same)",
+		r.Window, r.CycleP99FirstSeconds, r.CyclesFirst, r.Window, r.CycleP99LastSeconds, r.CyclesLast)
+	return b.String()
+}

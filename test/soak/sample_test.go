@@ -1,0 +1,66 @@
+package soak
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+const exposition = `# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 1.048576e+08
+# TYPE go_goroutines gauge
+go_goroutines 42
+# TYPE gantry_scheduler_cycle_duration_seconds histogram
+gantry_scheduler_cycle_duration_seconds_bucket{le="0.001"} 90
+gantry_scheduler_cycle_duration_seconds_bucket{le="0.002"} 99
+gantry_scheduler_cycle_duration_seconds_bucket{le="0.004"} 100
+gantry_scheduler_cycle_duration_seconds_bucket{le="+Inf"} 100
+gantry_scheduler_cycle_duration_seconds_sum 0.1
+gantry_scheduler_cycle_duration_seconds_count 100
+`
+
+func TestParseSampleAndP99(t *testing.T) {
+	s, err := ParseSample(time.Unix(0, 0), strings.NewReader(exposition))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RSSBytes != 100<<20 || s.Goroutines != 42 {
+		t.Fatalf("RSS %v goroutines %v", s.RSSBytes, s.Goroutines)
+	}
+	p99, n := P99Between(Sample{Cycle: map[float64]uint64{}}, s)
+	if p99 != 0.002 || n != 100 {
+		t.Fatalf("p99 %v over %d cycles, want 0.002 over 100", p99, n)
+	}
+	if _, err := ParseSample(time.Now(), strings.NewReader("go_goroutines 1\n")); err == nil {
+		t.Fatal("a scrape without RSS was accepted")
+	}
+}
+
+func TestSummarizeSeesGrowthAndFlatness(t *testing.T) {
+	start := time.Unix(0, 0)
+	var growing, flat []Sample
+	for i := 0; i <= 30; i++ {
+		at := start.Add(time.Duration(i) * time.Minute)
+		cycles := map[float64]uint64{0.001: uint64(100 * i), math.Inf(1): uint64(100 * i)}
+		growing = append(growing, Sample{At: at, RSSBytes: float64(100<<20 + i*(2<<20)), Goroutines: float64(100 + i), Cycle: cycles})
+		flat = append(flat, Sample{At: at, RSSBytes: float64(100<<20 + (i%2)*(1<<20)), Goroutines: 100, Cycle: cycles})
+	}
+	g, err := Summarize(growing, 5*time.Minute, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.RSSSlopeMiBPerMin < 1.9 || g.RSSGrowthPct < 20 || g.GoroutineSlopePerMin < 0.9 {
+		t.Errorf("a leaking run looks flat: %s", g)
+	}
+	f, err := Summarize(flat, 5*time.Minute, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(f.RSSGrowthPct) > 1 || f.GoroutineSlopePerMin != 0 || f.CycleP99FirstSeconds != 0.001 || f.CycleP99LastSeconds != 0.001 {
+		t.Errorf("a flat run looks like it grows: %s", f)
+	}
+	if _, err := Summarize(flat[:3], time.Minute, time.Minute); err == nil {
+		t.Error("three samples summarized")
+	}
+}
