@@ -81,7 +81,9 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 	}
 	fork := c.view.Fork()
 	for _, p := range leaving {
-		fork.Release(p)
+		if !c.released[p.ID] { // another nominated gang released it in this cycle
+			fork.Release(p)
+		}
 	}
 	placements, unsched := c.s.Placer.PlaceGang(fork, w.core)
 	if unsched != nil {
@@ -89,7 +91,13 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 		return true
 	}
 	for _, p := range leaving {
+		if c.released[p.ID] {
+			continue
+		}
+		// Released once per cycle, however many gangs wait on the node: a second
+		// release would free the room the first gang was just given.
 		c.view.Release(p)
+		c.release(p)
 		if c.shares != nil && p.Queue != "" {
 			c.shares.Release(c.snap.QueueOf(p.Queue), boundAmounts(c.snap, p))
 		}
