@@ -206,4 +206,3 @@ func (r *burstRecorder) partialGangs() int {
 	defer r.mu.Unlock()
 	return len(r.partial)
 }
-
