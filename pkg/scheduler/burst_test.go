@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gantry-dev/gantry/pkg/scheduler"
@@ -80,5 +81,49 @@ func TestBurstScenarios(t *testing.T) {
 		},
 	} {
 		t.Run(s.Name, func(t *testing.T) { sc.Run(t, s) })
+	}
+}
+
+// TestPreemptionDecision checks the record a preemption leaves in the Plan for the log
+// and the metrics: who, whom, what was freed against what was lacking, and why.
+func TestPreemptionDecision(t *testing.T) {
+	const GiB = sc.GiB
+	snap, err := sc.Build(sc.Scenario{
+		Nodes: []sc.Node{{Name: "n", GPUs: 2}},
+		Gangs: []sc.Gang{
+			{Name: "train", Priority: 50, GPUs: 1, On: "n"},
+			{Name: "nb", Priority: 50, Share: 40 * GiB, On: "n"},
+			{Name: "llm", Priority: 125, NonPreemptible: true, Share: 20 * GiB, StartFree: 0.75},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New("", scheduler.Config{Preemption: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := s.Schedule(snap)
+	if len(plan.Preemptions) != 1 {
+		t.Fatalf("%d preemption decisions, want 1: %+v", len(plan.Preemptions), plan.Preemptions)
+	}
+	p := plan.Preemptions[0]
+	// The 60 GiB the engine needs: the 40 GiB notebook frees 40 GiB of a GPU with 40
+	// free, which is cheaper than a whole GPU.
+	if p.Preemptor != "llm" || len(p.VictimGangs) != 1 || p.VictimGangs[0] != "nb" || p.Kind != "preempt" {
+		t.Errorf("decision %+v, want llm preempting nb", p)
+	}
+	if p.NeededBytes != 60*GiB || p.ShortfallBytes != 20*GiB || p.FreedBytes != 40*GiB {
+		t.Errorf("needed %d, shortfall %d, freed %d GiB; want 60, 20, 40",
+			p.NeededBytes/GiB, p.ShortfallBytes/GiB, p.FreedBytes/GiB)
+	}
+	if p.WholeGPUs != 0 || p.SharedVictims != 1 || p.SharedBytes != 40*GiB || p.OverEviction() != 2 {
+		t.Errorf("whole %d, shared %d (%d GiB), over-eviction %.2f; want 0, 1 (40), 2", p.WholeGPUs, p.SharedVictims, p.SharedBytes/GiB, p.OverEviction())
+	}
+	kv := fmt.Sprintln(p.KeysAndValues()...)
+	for _, want := range []string{"preemptor llm", "freedBytes", "reason gang llm"} {
+		if !strings.Contains(kv, want) {
+			t.Errorf("log pairs %q lack %q", kv, want)
+		}
 	}
 }

@@ -39,7 +39,7 @@ func preemptionOf(gang model.GangID, r *preempt.Result) Preemption {
 		p.Victims = append(p.Victims, v.ID)
 	}
 	for _, pl := range r.Placements {
-		if pl.Node != "" && (len(p.Nodes) == 0 || p.Nodes[len(p.Nodes)-1] != pl.Node) {
+		if pl.Node != "" {
 			p.Nodes = appendOnce(p.Nodes, pl.Node)
 		}
 	}
