@@ -14,6 +14,13 @@ import (
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
+// Names of the workload's objects: training RayClusters train-00…, RayServices
+// llm-00… (at most 100 of each).
+const (
+	trainingPrefix = "train-"
+	servicePrefix  = "llm-"
+)
+
 // BurstOptions configure the live burst benchmark (issue 19): a cluster full of
 // preemptible training Ray clusters, then a burst of vLLM RayServices at once.
 type BurstOptions struct {
@@ -101,6 +108,11 @@ func (o *BurstOptions) defaults() error {
 	}
 	if o.Training*o.Workers > o.Nodes*o.GPUs {
 		return fmt.Errorf("%d training clusters of %d GPUs do not fit in %d × %d GPUs", o.Training, o.Workers, o.Nodes, o.GPUs)
+	}
+	for _, n := range o.Bursts {
+		if n < 1 || n > 100 || o.Training > 100 {
+			return fmt.Errorf("bursts of 1 to 100 services and at most 100 training clusters, not %d and %d", n, o.Training)
+		}
 	}
 	if o.WorkDir == "" {
 		d, err := os.MkdirTemp("", "gantry-burst-")
@@ -208,7 +220,7 @@ func burstOnce(ctx context.Context, o BurstOptions, r *BurstRun) (err error) {
 	<-ready
 
 	for i := 0; i < o.Training; i++ {
-		if err := createObject(ctx, dyn, rayClusterGVR, trainingCluster(fmt.Sprintf("train-%02d", i), o.Workers, o.MinWorkers, o.Grace)); err != nil {
+		if err := createObject(ctx, dyn, rayClusterGVR, trainingCluster(fmt.Sprintf("%s%02d", trainingPrefix, i), o.Workers, o.MinWorkers, o.Grace)); err != nil {
 			return err
 		}
 	}
@@ -226,7 +238,7 @@ func burstOnce(ctx context.Context, o BurstOptions, r *BurstRun) (err error) {
 	errs := make(chan error, r.Burst)
 	for i := 0; i < r.Burst; i++ {
 		go func(i int) {
-			errs <- createObject(ctx, dyn, rayServiceGVR, inferenceService(fmt.Sprintf("llm-%02d", i), share, o.Utilization, o.Grace))
+			errs <- createObject(ctx, dyn, rayServiceGVR, inferenceService(fmt.Sprintf("%s%02d", servicePrefix, i), share, o.Utilization, o.Grace))
 		}(i)
 	}
 	for i := 0; i < r.Burst; i++ {

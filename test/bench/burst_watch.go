@@ -49,21 +49,18 @@ func newBurstRecorder(minMembers int) *burstRecorder {
 		partialSince: map[string]time.Time{}, partial: map[string]bool{}}
 }
 
-// classify reads KubeRay's labels: a RayService's cluster pods carry
-// ray.io/originated-from-crd=RayService and the service's name.
+// classify tells the benchmark's pods apart by their RayCluster (ray.io/cluster):
+// training clusters are named train-NN, and KubeRay names a RayService's cluster after
+// the service, llm-NN-…; the service is that prefix.
 func classify(p *corev1.Pod) (service, cluster string) {
-	l := p.Labels
-	if l["ray.io/originated-from-crd"] == "RayService" {
-		if name := l["ray.io/originated-from-cr-name"]; name != "" {
-			return name, ""
-		}
-		c := l["ray.io/cluster"]
-		if i := strings.Index(c, "-raycluster"); i > 0 {
-			return c[:i], ""
-		}
-		return c, ""
+	c := p.Labels["ray.io/cluster"]
+	switch {
+	case strings.HasPrefix(c, servicePrefix) && len(c) >= len(servicePrefix)+2:
+		return c[:len(servicePrefix)+2], ""
+	case strings.HasPrefix(c, trainingPrefix):
+		return "", c
 	}
-	return "", l["ray.io/cluster"]
+	return "", ""
 }
 
 func (r *burstRecorder) observe(p *corev1.Pod, deleted bool) {
