@@ -185,7 +185,10 @@ func burstOnce(ctx context.Context, o BurstOptions, r *BurstRun) (err error) {
 		}
 	}()
 	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	env, err := testenv.Start(startCtx, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: true})
+	// No kube-controller-manager: the benchmark creates the namespace's service
+	// account and lifts the nodes' not-ready taint itself, and on a loaded machine its
+	// node-lifecycle controller could evict pods of a node whose kwok heartbeat is late.
+	env, err := testenv.Start(startCtx, testenv.Options{Kwok: true, KubeRay: true})
 	cancel()
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -148,9 +149,18 @@ func burstSlice(i, gpus int) *resourceapi.ResourceSlice {
 }
 
 func createBurstNodes(ctx context.Context, client kubernetes.Interface, nodes, gpus int) error {
+	untaint := []byte(`{"spec":{"taints":null}}`)
 	for i := 0; i < nodes; i++ {
-		if _, err := client.CoreV1().Nodes().Create(ctx, burstNode(i, gpus), metav1.CreateOptions{}); err != nil {
+		n, err := client.CoreV1().Nodes().Create(ctx, burstNode(i, gpus), metav1.CreateOptions{})
+		if err != nil {
 			return fmt.Errorf("create node %d: %w", i, err)
+		}
+		// The admission plugin's not-ready taint, which kube-controller-manager would
+		// lift once kwok reports the node Ready.
+		if len(n.Spec.Taints) > 0 {
+			if _, err := client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, untaint, metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("remove taints of node %s: %w", n.Name, err)
+			}
 		}
 		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, burstSlice(i, gpus), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create ResourceSlice of node %d: %w", i, err)

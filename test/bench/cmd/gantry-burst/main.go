@@ -1,7 +1,7 @@
 // Command gantry-burst runs the live burst benchmark of issue 19 (test/bench): 8 kwok
 // nodes × 8 H100 filled by 16 preemptible training RayClusters, then bursts of 1, 8
 // and 32 vLLM RayServices at once, with whole GPUs and with memory shares, against the
-// real kube-apiserver, etcd, kube-controller-manager, kwok (with a termination grace
+// real kube-apiserver, etcd, kwok (with a termination grace
 // period) and KubeRay operator from bin/, and gantry-scheduler.
 //
 //	go run ./test/bench/cmd/gantry-burst                          # make bench-burst
