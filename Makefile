@@ -19,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick run clean-tools gpu-smoke chaos soak fuzz
+.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-burst run clean-tools gpu-smoke chaos soak fuzz
 
 # progress NAME: says which tool a cold build is on and how many are still missing, so
 # that twenty minutes of compiling does not look like a hang.
@@ -127,6 +127,14 @@ bench: tools build
 ## bench-quick: throughput scenarios a and c at a tenth of their size (~2 min).
 bench-quick: tools build
 	$(GO) run ./test/bench/cmd/gantry-bench -scenarios a,c -scale 0.1
+
+## bench-burst: issue 19's live preemption burst: 8 kwok nodes × 8 H100 full of 16
+## training RayClusters, then 1, 8 and 32 vLLM RayServices at once, whole GPUs and
+## 20Gi shares, kwok with a 5 s grace period, three runs each (~30 min on 2 cores).
+## BURST_ARGS adds flags of test/bench/cmd/gantry-burst, e.g. BURST_ARGS="-bursts 8 -repeat 1".
+BURST_ARGS ?=
+bench-burst: tools build
+	$(GO) run ./test/bench/cmd/gantry-burst -json $(BIN)/bench-burst.json $(BURST_ARGS)
 
 ## run: the sandbox cluster playing the seed scenario, then staying up until Ctrl-C.
 ## RUN_ARGS adds flags of `gantry sandbox up`, e.g. RUN_ARGS="--nodes 4 --gpus dgxh100";

@@ -9,6 +9,9 @@
 package model
 
 import (
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -157,28 +160,72 @@ func (d GPUDemand) Whole() bool { return d.Count > 0 && d.MemoryBytes == 0 && d.
 func (d GPUDemand) Shared() bool { return d.Count > 0 && !d.Whole() }
 
 // BytesOn returns how much memory the demand books on gpu: all of it for a whole GPU,
-// else the share (a fraction is rounded up to whole bytes).
+// else what the pod needs free to start there (BytesOnMemory).
 func (d GPUDemand) BytesOn(g *GPU) int64 {
-	switch {
-	case d.MemoryBytes > 0:
-		return d.MemoryBytes
-	case d.FractionMilli > 0:
-		return (g.MemoryBytes*d.FractionMilli + MilliPerGPU - 1) / MilliPerGPU
-	default:
+	if d.Whole() {
 		return g.MemoryBytes
 	}
+	return d.BytesOnMemory(g.MemoryBytes)
+}
+
+// BytesOnMemory is what a share books on a GPU of the given memory: the largest of its
+// share (bytes, or a fraction rounded up to whole bytes) and StartFreeFraction of the
+// memory. One number serves placement, booking and preemption: a vLLM engine with
+// gpu_memory_utilization 0.75 takes 75% of the GPU whatever share it asked for, so
+// booking less would let a second engine in that could not start. A whole-GPU demand
+// books all of memory.
+func (d GPUDemand) BytesOnMemory(memory int64) int64 {
+	var share int64
+	switch {
+	case d.MemoryBytes > 0:
+		share = d.MemoryBytes
+	case d.FractionMilli > 0:
+		share = (memory*d.FractionMilli + MilliPerGPU - 1) / MilliPerGPU
+	default:
+		return memory
+	}
+	return max(share, d.startFreeBytes(memory))
+}
+
+func (d GPUDemand) startFreeBytes(memory int64) int64 {
+	if d.StartFreeFraction <= 0 {
+		return 0
+	}
+	return int64(d.StartFreeFraction * float64(memory))
 }
 
 // NeedsLiveFreeBytes returns how much memory must be free live on gpu for the pod to
 // start: the larger of its booking and StartFreeFraction of the total.
 func (d GPUDemand) NeedsLiveFreeBytes(g *GPU) int64 {
-	need := d.BytesOn(g)
-	if d.StartFreeFraction > 0 {
-		if f := int64(d.StartFreeFraction * float64(g.MemoryBytes)); f > need {
-			need = f
-		}
+	return max(d.BytesOn(g), d.startFreeBytes(g.MemoryBytes))
+}
+
+// ShareConflict says, when the demand's share and its engine's start-up need
+// contradict on a GPU of the given memory (a 20 GiB share with
+// gpu_memory_utilization 0.75 on an 80 GiB GPU needs 60 GiB free), what is booked and
+// why, in words for a warning Event; "" when they agree or the demand is not a share.
+func (d GPUDemand) ShareConflict(memory int64) string {
+	if !d.Shared() || d.StartFreeFraction <= 0 || memory <= 0 {
+		return ""
 	}
-	return need
+	share := d.MemoryBytes
+	what := fmt.Sprintf("a share of %s", formatGiB(share))
+	if share == 0 {
+		share = (memory*d.FractionMilli + MilliPerGPU - 1) / MilliPerGPU
+		what = fmt.Sprintf("a fraction of %.3g of the GPU (%s)", float64(d.FractionMilli)/MilliPerGPU, formatGiB(share))
+	}
+	start := d.startFreeBytes(memory)
+	if start <= share {
+		return ""
+	}
+	return fmt.Sprintf("the pod asks for %s, but its engine's gpu_memory_utilization %.3g needs %s free on a GPU of %s to start; "+
+		"it is booked for %s: raise the share to match, or lower gpu_memory_utilization", what, d.StartFreeFraction,
+		formatGiB(start), formatGiB(memory), formatGiB(start))
+}
+
+// formatGiB shows bytes in GiB with at most one decimal: "20 GiB", "59.6 GiB".
+func formatGiB(b int64) string {
+	return strconv.FormatFloat(math.Round(float64(b)/float64(1<<30)*10)/10, 'f', -1, 64) + " GiB"
 }
 
 // AcceptsModel reports whether the demand accepts a GPU of the given model.

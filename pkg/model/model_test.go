@@ -1,6 +1,9 @@
 package model
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestBookAndUnbookAreInverse(t *testing.T) {
 	n := &Node{Name: "a", Allocatable: Resources{MilliCPU: 8000, MemoryBytes: 64 << 30, Pods: 10}, GPUs: []GPU{
@@ -48,8 +51,14 @@ func TestDemandBytes(t *testing.T) {
 		{GPUDemand{Count: 1}, 24 << 30, 24 << 30},
 		{GPUDemand{Count: 1, MemoryBytes: 10 << 30}, 10 << 30, 10 << 30},
 		{GPUDemand{Count: 1, FractionMilli: 250}, 6 << 30, 6 << 30},
-		// vLLM at 0.75 needs three quarters free even for a smaller booking.
-		{GPUDemand{Count: 1, MemoryBytes: 4 << 30, StartFreeFraction: 0.75}, 4 << 30, 18 << 30},
+		// vLLM at 0.75 needs three quarters free, and takes them: one demand, one
+		// booking (issue 19), whatever smaller share it asked for.
+		{GPUDemand{Count: 1, MemoryBytes: 4 << 30, StartFreeFraction: 0.75}, 18 << 30, 18 << 30},
+		{GPUDemand{Count: 1, FractionMilli: 250, StartFreeFraction: 0.5}, 12 << 30, 12 << 30},
+		// A share larger than the engine's need books the share.
+		{GPUDemand{Count: 1, MemoryBytes: 20 << 30, StartFreeFraction: 0.5}, 20 << 30, 20 << 30},
+		// A whole GPU books the GPU; its engine's fraction only bounds live memory.
+		{GPUDemand{Count: 1, StartFreeFraction: 0.9}, 24 << 30, 24 << 30},
 	}
 	for _, c := range cases {
 		if got := c.d.BytesOn(g); got != c.book {
@@ -57,6 +66,26 @@ func TestDemandBytes(t *testing.T) {
 		}
 		if got := c.d.NeedsLiveFreeBytes(g); got != c.needLive {
 			t.Errorf("%+v needs %d live free, want %d", c.d, got, c.needLive)
+		}
+	}
+}
+
+func TestShareConflict(t *testing.T) {
+	const gpu = 80 << 30
+	issue := GPUDemand{Count: 1, MemoryBytes: 20 << 30, StartFreeFraction: 0.75}
+	msg := issue.ShareConflict(gpu)
+	for _, want := range []string{"20 GiB", "0.75", "60 GiB free", "booked for 60 GiB"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("ShareConflict = %q, want it to mention %q", msg, want)
+		}
+	}
+	for _, d := range []GPUDemand{
+		{Count: 1, MemoryBytes: 60 << 30, StartFreeFraction: 0.75}, // agree
+		{Count: 1, MemoryBytes: 20 << 30},                          // no engine
+		{Count: 1, StartFreeFraction: 0.9},                         // whole GPU
+	} {
+		if msg := d.ShareConflict(gpu); msg != "" {
+			t.Errorf("%+v: ShareConflict = %q, want none", d, msg)
 		}
 	}
 }

@@ -239,14 +239,8 @@ func (s *gpuSlot) takes(d *model.GPUDemand) bool {
 	return s.free > 0 && shareBytes(d, s.memory) <= s.free
 }
 
-// shareBytes is what a share demand books on a GPU of the given memory, as
-// GPUDemand.BytesOn computes it.
-func shareBytes(d *model.GPUDemand, memory int64) int64 {
-	if d.MemoryBytes > 0 {
-		return d.MemoryBytes
-	}
-	return (memory*d.FractionMilli + model.MilliPerGPU - 1) / model.MilliPerGPU
-}
+// shareBytes is what a share demand books on a GPU of the given memory.
+func shareBytes(d *model.GPUDemand, memory int64) int64 { return d.BytesOnMemory(memory) }
 
 func loadSlots(n *model.Node, buf []gpuSlot) []gpuSlot {
 	buf = buf[:0]

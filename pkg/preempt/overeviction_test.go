@@ -15,7 +15,8 @@ import (
 
 // TestOverEviction is the experiment of issue 5: on a mixed cluster of 64 GPUs (whole,
 // shared and gang workloads) a stream of inference arrivals preempts training, and
-// the over-eviction ratio (GPU memory freed ÷ GPU memory needed) is measured for Find
+// the over-eviction ratio (GPU memory freed ÷ the shortfall, the GPU memory the
+// preemptor needs on its GPUs that was not free there) is measured for Find
 // and for a whole-GPU, pod-count-only victim choice. Both choices are computed on the
 // same cluster state for every arrival that needs preemption; the cluster then goes on
 // with one of them (each in turn drives a run). Run it with
@@ -55,7 +56,7 @@ func TestOverEviction(t *testing.T) {
 			t.Errorf("driven by %s: Find's ratio %.2f is not below the baseline's %.2f", driver.name, gantry.ratio(), baseline.ratio())
 		}
 	}
-	t.Logf("seeds %v, %d arrivals each; ratio = GPU memory freed / needed over all preemptions, shares = the same for\n"+
+	t.Logf("seeds %v, %d arrivals each; ratio = GPU memory freed / shortfall (needed and not free) over all preemptions, shares = the same for\n"+
 		"arrivals asking for a GPU share, p50/p95 = per preemption\n%-20s %-20s %6s %5s %6s %6s %6s %6s %6s %6s %8s\n%s",
 		seeds, 300, "driven by", "victim choice", "preempt", "none", "ratio", "shares", "p50", "p95", "pods", "gangs", "GPU-h lost",
 		strings.Join(table, "\n"))
@@ -125,14 +126,14 @@ func (s *choiceStats) add(r *Result, err error, shared bool, gpuSeconds float64)
 		return
 	}
 	s.preemptions++
-	s.needed += r.NeededBytes
+	s.needed += r.ShortfallBytes
 	s.freed += r.FreedBytes
 	if shared {
-		s.sharedNeeded += r.NeededBytes
+		s.sharedNeeded += r.ShortfallBytes
 		s.sharedFreed += r.FreedBytes
 	}
-	if r.NeededBytes > 0 {
-		s.ratios = append(s.ratios, float64(r.FreedBytes)/float64(r.NeededBytes))
+	if r.ShortfallBytes > 0 {
+		s.ratios = append(s.ratios, float64(r.FreedBytes)/float64(r.ShortfallBytes))
 	}
 	s.pods += len(r.Victims)
 	s.gangs += len(r.VictimGangs)

@@ -49,6 +49,10 @@ type Request struct {
 	// cheapest first, until WithinLimit reports that the gang fits under the limit with
 	// those victims gone, and then searches for room from there.
 	WithinLimit func(victims []*model.Pod) bool
+	// Released are pods whose eviction an earlier search of the same cycle already
+	// decided: their room is promised to that preemptor (and booked for it in View),
+	// so they are never victims again, and count as leaving as terminating pods do.
+	Released map[model.PodID]bool
 }
 
 // Limits bound the victim search so that one blocked gang cannot stall a cycle. A
@@ -82,9 +86,16 @@ type Result struct {
 	// of Request.Pods.
 	Placements []placement.Placement
 	// NeededBytes is the GPU memory the gang needs free on the GPUs of Placements
-	// (NeedsLiveFreeBytes per GPU); FreedBytes is the GPU memory the victims hold, on
-	// every GPU. FreedBytes/NeededBytes is the over-eviction ratio.
-	NeededBytes, FreedBytes int64
+	// (NeedsLiveFreeBytes per GPU); ShortfallBytes is the part of it that was not free
+	// before the evictions (what the preemptor lacked). FreedBytes is the GPU memory
+	// the evictions make free, on every GPU: by the node agent's measurement where the
+	// snapshot has one, else by booking. FreedBytes/ShortfallBytes is the over-eviction
+	// ratio.
+	NeededBytes, ShortfallBytes, FreedBytes int64
+	// WholeGPUs counts the whole GPUs the victims hold; SharedVictims the victims that
+	// hold GPU shares, and SharedBytes those shares' memory.
+	WholeGPUs, SharedVictims int
+	SharedBytes              int64
 	// Kind is KindPreempt or KindReclaim; empty when the gang fits with no victim.
 	Kind string
 	// Reason is one line for an Event: who, why, and what is freed.
@@ -249,7 +260,8 @@ func (s *search) result(chosen []*unit) (*Result, error) {
 	slices.Sort(r.VictimGangs)
 	r.VictimGangs = slices.Compact(r.VictimGangs)
 	r.FreedBytes = s.freedBytes(r.Victims)
-	r.NeededBytes = s.neededBytes(placements)
+	r.NeededBytes, r.ShortfallBytes = s.neededBytes(placements)
+	r.WholeGPUs, r.SharedVictims, r.SharedBytes = s.victimGPUs(r.Victims)
 	r.Reason = s.reason(chosen, r)
 	return r, nil
 }
@@ -264,13 +276,20 @@ func compareIDs(a, b model.PodID) int {
 	return 0
 }
 
-// neededBytes is what the gang needs free on the GPUs it is placed on.
-func (s *search) neededBytes(placements []placement.Placement) int64 {
+// neededBytes is what the gang needs free on the GPUs it is placed on, and how much
+// of that was not free before the evictions.
+func (s *search) neededBytes(placements []placement.Placement) (need, shortfall int64) {
 	byID := map[model.PodID]*model.Pod{}
 	for _, pod := range s.p.pods {
 		byID[pod.ID] = pod
 	}
-	var need int64
+	// Members sharing one GPU add up their needs against what it had free.
+	type gpuKey struct {
+		node  string
+		index int
+	}
+	needOn := map[gpuKey]int64{}
+	var order []gpuKey
 	for _, pl := range placements {
 		pod := byID[pl.Pod]
 		node := s.req.View.Node(pl.Node)
@@ -279,35 +298,80 @@ func (s *search) neededBytes(placements []placement.Placement) int64 {
 		}
 		for _, b := range pl.GPUs {
 			if g := node.GPUByIndex(b.Index); g != nil {
-				need += pod.GPU.NeedsLiveFreeBytes(g)
+				k := gpuKey{pl.Node, b.Index}
+				if _, seen := needOn[k]; !seen {
+					order = append(order, k)
+				}
+				needOn[k] += pod.GPU.NeedsLiveFreeBytes(g)
 			}
 		}
 	}
-	return need
+	for _, k := range order {
+		g := s.req.View.Node(k.node).GPUByIndex(k.index)
+		need += needOn[k]
+		shortfall += max(0, needOn[k]-usableFreeBytes(g))
+	}
+	return need, shortfall
 }
 
-// freedBytes is the GPU memory the pods hold, on every GPU.
+// usableFreeBytes is the memory free on g for a newcomer: booked free memory, or the
+// measured free memory where the node agent reports less.
+func usableFreeBytes(g *model.GPU) int64 {
+	free := g.FreeBytes()
+	if g.LiveFreeBytes != model.UnknownBytes {
+		free = min(free, g.LiveFreeBytes)
+	}
+	return max(0, free)
+}
+
+// freedBytes is the GPU memory that evicting the pods makes free, on every GPU they
+// hold: the gain in usableFreeBytes once they are gone, so a GPU whose measured free
+// memory is short (a process outside the scheduler's view) counts for what it gains,
+// not its nominal size.
 func (s *search) freedBytes(pods []*model.Pod) int64 {
-	var freed int64
+	fork := s.req.View.Fork()
+	before := map[string][]int64{}
 	for _, pod := range pods {
-		freed += s.heldBytes(pod)
+		n := fork.Node(pod.Node)
+		if n == nil || before[pod.Node] != nil {
+			continue
+		}
+		free := make([]int64, len(n.GPUs))
+		for i := range n.GPUs {
+			free[i] = usableFreeBytes(&n.GPUs[i])
+		}
+		before[pod.Node] = free
+	}
+	for _, pod := range pods {
+		fork.Release(pod)
+	}
+	var freed int64
+	for name, free := range before {
+		n := fork.Node(name)
+		for i := range n.GPUs {
+			freed += max(0, usableFreeBytes(&n.GPUs[i])-free[i])
+		}
 	}
 	return freed
 }
 
-// heldBytes is the GPU memory a bound pod books: the whole GPU for a whole binding,
-// else its share.
-func (s *search) heldBytes(pod *model.Pod) int64 {
-	node := s.req.Snapshot.Node(pod.Node)
-	var held int64
-	for _, b := range pod.GPUs {
-		if b.Whole && b.MemoryBytes == 0 && node != nil {
-			if g := node.GPUByIndex(b.Index); g != nil {
-				held += g.MemoryBytes
+// victimGPUs counts the whole GPUs the pods hold, the pods holding shares, and those
+// shares' memory.
+func (s *search) victimGPUs(pods []*model.Pod) (whole, sharers int, sharedBytes int64) {
+	for _, pod := range pods {
+		node := s.req.Snapshot.Node(pod.Node)
+		shares := false
+		for _, b := range pod.GPUs {
+			if b.Whole {
+				whole++
 				continue
 			}
+			shares = true
+			sharedBytes += bindingBytes(node, b)
 		}
-		held += b.MemoryBytes
+		if shares {
+			sharers++
+		}
 	}
-	return held
+	return whole, sharers, sharedBytes
 }

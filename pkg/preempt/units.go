@@ -70,7 +70,7 @@ type refusals map[string]int
 func collectUnits(req Request, p preemptor, rules *reclaimRules) ([]*unit, refusals) {
 	refused := refusals{}
 	var units []*unit
-	gangs, leaving := gangsOf(req.Snapshot)
+	gangs, leaving := gangsOf(req.Snapshot, req.Released)
 	if leaving > 0 {
 		refused[refusedTerminating] = leaving
 	}
@@ -96,10 +96,11 @@ type runningGang struct {
 	bound []*model.Pod
 }
 
-// gangsOf groups the snapshot's bound pods that are not terminating by gang, and
-// counts the gangs all of whose bound pods are. A pod whose gang the snapshot does not
-// hold is a gang of its own pods, all of them its minimum.
-func gangsOf(s *model.Snapshot) (gangs []runningGang, leaving int) {
+// gangsOf groups the snapshot's bound pods that are not terminating (nor released
+// earlier in the cycle) by gang, and counts the gangs all of whose bound pods are. A
+// pod whose gang the snapshot does not hold is a gang of its own pods, all of them its
+// minimum.
+func gangsOf(s *model.Snapshot, released map[model.PodID]bool) (gangs []runningGang, leaving int) {
 	byGang := map[model.GangID][]*model.Pod{}
 	terminating := map[model.GangID]bool{}
 	for _, pod := range s.Pods {
@@ -112,7 +113,7 @@ func gangsOf(s *model.Snapshot) (gangs []runningGang, leaving int) {
 		}
 		// A terminating pod is already on its way out: evicting it frees nothing more,
 		// and its resources stay booked until it is gone.
-		if pod.Terminating {
+		if pod.Terminating || released[pod.ID] {
 			terminating[id] = true
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
 	"github.com/gantry-dev/gantry/pkg/preempt"
 )
 
@@ -80,7 +81,9 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 	}
 	fork := c.view.Fork()
 	for _, p := range leaving {
-		fork.Release(p)
+		if !c.released[p.ID] { // another nominated gang released it in this cycle
+			fork.Release(p)
+		}
 	}
 	placements, unsched := c.s.Placer.PlaceGang(fork, w.core)
 	if unsched != nil {
@@ -88,7 +91,13 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 		return true
 	}
 	for _, p := range leaving {
+		if c.released[p.ID] {
+			continue
+		}
+		// Released once per cycle, however many gangs wait on the node: a second
+		// release would free the room the first gang was just given.
 		c.view.Release(p)
+		c.release(p)
 		if c.shares != nil && p.Queue != "" {
 			c.shares.Release(c.snap.QueueOf(p.Queue), boundAmounts(c.snap, p))
 		}
@@ -117,7 +126,7 @@ func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, k
 	res, err := preempt.Find(preempt.Request{
 		Gang: w.gang, Pods: pods, Snapshot: snap, View: view, Placer: s.Placer, Shares: shares,
 		Now: snap.Now, MinRuntimeSeconds: s.Config.MinRuntimeSeconds,
-		ReclaimOnly: elastic, WithinLimit: withinLimit,
+		ReclaimOnly: elastic, WithinLimit: withinLimit, Released: c.released,
 	})
 	if err == nil && len(res.Victims) == 0 {
 		err = fmt.Errorf("the search placed the gang without victims, which this cycle could not")
@@ -130,6 +139,7 @@ func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, k
 	}
 	for _, v := range res.Victims {
 		view.Release(v)
+		c.release(v)
 		if shares != nil && v.Queue != "" {
 			shares.Release(snap.QueueOf(v.Queue), boundAmounts(snap, v))
 		}
@@ -142,7 +152,66 @@ func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, k
 	}
 	c.allocate(w.gang, amounts)
 	plan.Nominations = append(plan.Nominations, GangBind{Gang: w.gang.ID, Placements: res.Placements, Elastic: elastic})
+	plan.Preemptions = append(plan.Preemptions, preemptionOf(w.gang.ID, res))
 	return true
+}
+
+// onRoomStillHeld reports whether any of placements takes a GPU that pods evicted
+// earlier in this cycle still hold: their room is free in the cycle's view, but the
+// pods are only now being evicted, and a bind there would race their termination.
+// Such a gang is nominated instead, its room booked, and it binds once they are gone;
+// it evicts nothing of its own, so one eviction serves every preemptor it has room for.
+func (c *cycle) onRoomStillHeld(w *work, placements []placement.Placement, amounts fairshare.Amounts, elastic bool) bool {
+	if len(c.released) == 0 || !c.takesReleasedGPU(placements) {
+		return false
+	}
+	pods := w.core
+	if elastic {
+		pods = w.extra
+	}
+	byID := map[model.PodID]*model.Pod{}
+	for _, p := range pods {
+		byID[p.ID] = p
+	}
+	for _, pl := range placements {
+		if p := byID[pl.Pod]; p != nil {
+			c.view.Assign(p, pl)
+		}
+	}
+	c.allocate(w.gang, amounts)
+	c.plan.Nominations = append(c.plan.Nominations, GangBind{Gang: w.gang.ID, Placements: placements, Elastic: elastic})
+	if !elastic {
+		c.plan.pend(w, PendingWaitingForVictim, "waiting for pods preempted in this cycle to terminate; their room is kept for this gang")
+	}
+	return true
+}
+
+// takesReleasedGPU reports whether a placement uses a GPU held by a pod evicted in
+// this cycle.
+func (c *cycle) takesReleasedGPU(placements []placement.Placement) bool {
+	for _, pl := range placements {
+		for _, b := range pl.GPUs {
+			if c.releasedGPUs[pl.Node][b.Index] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// release records v as evicted in this cycle: never a victim again, and its GPUs
+// not bindable until it is gone.
+func (c *cycle) release(v *model.Pod) {
+	if c.released == nil {
+		c.released, c.releasedGPUs = map[model.PodID]bool{}, map[string]map[int]bool{}
+	}
+	c.released[v.ID] = true
+	for _, b := range v.GPUs {
+		if c.releasedGPUs[v.Node] == nil {
+			c.releasedGPUs[v.Node] = map[int]bool{}
+		}
+		c.releasedGPUs[v.Node][b.Index] = true
+	}
 }
 
 // withinQuota reports whether the queue holds less GPU than its quota, and would hold

@@ -38,6 +38,8 @@ type Plan struct {
 	Nominations []GangBind
 	// Pending are gangs that stay pending, with the reason.
 	Pending []Pending
+	// Preemptions are the decisions behind Evictions, one per preemptor, to log.
+	Preemptions []Preemption
 }
 
 // GangBind is one gang's placements, bound together.
@@ -222,6 +224,10 @@ type cycle struct {
 	floor     int32
 	anyVictim bool
 	searches  int
+	// released are the pods evicted in this cycle and releasedGPUs the GPUs they hold,
+	// by node: promised to their preemptors, never chosen again (see onRoomStillHeld).
+	released     map[model.PodID]bool
+	releasedGPUs map[string]map[int]bool
 }
 
 // placeGang places w's core members, or preempts for them, or records why not.
@@ -241,6 +247,9 @@ func (c *cycle) placeGang(w *work) bool {
 	}
 	if overLimit == nil {
 		placements, unsched := s.Placer.PlaceGang(view, w.core)
+		if unsched == nil && c.onRoomStillHeld(w, placements, amounts, false) {
+			return false
+		}
 		if unsched == nil {
 			plan.Binds = append(plan.Binds, GangBind{Gang: w.gang.ID, Placements: placements})
 			c.allocate(w.gang, amounts)
@@ -299,6 +308,9 @@ func (c *cycle) placeElastic(w *work) {
 				c.preempt(w, []*model.Pod{p}, amounts, PendingNoFit, unsched.Message, nil)
 			}
 			break
+		}
+		if c.takesReleasedGPU([]placement.Placement{pl}) {
+			break // evicted this cycle: bindable once the victims are gone
 		}
 		view.Assign(p, pl)
 		c.allocate(w.gang, amounts)

@@ -69,7 +69,7 @@ func Run(t *testing.T, sc Scenario) {
 				t.Logf("  evict %s: %s", e.Pod, e.Reason)
 			}
 		}
-		leaving = applyLingering(snap, plan, sc.Linger, leaving)
+		leaving = ApplyLingering(snap, plan, sc.Linger, leaving)
 	}
 	if sc.Final != nil {
 		checkFinal(t, snap, last, *sc.Final)
@@ -167,9 +167,9 @@ func Apply(snap *model.Snapshot, plan *scheduler.Plan) {
 	}
 }
 
-// applyLingering is Apply, with the victims on the nodes of linger left terminating
+// ApplyLingering is Apply, with the victims on the nodes of linger left terminating
 // for that many cycles; leaving counts down the cycles each has left.
-func applyLingering(snap *model.Snapshot, plan *scheduler.Plan, linger map[string]int, leaving map[model.PodID]int) map[model.PodID]int {
+func ApplyLingering(snap *model.Snapshot, plan *scheduler.Plan, linger map[string]int, leaving map[model.PodID]int) map[model.PodID]int {
 	for id, left := range leaving {
 		if left > 1 {
 			leaving[id] = left - 1

@@ -117,7 +117,12 @@ type Gang struct {
 	Pods, Min int
 	// GPUs is whole GPUs per pod; CPU (millicores, default 1000) and Memory (default
 	// 1 GiB) per pod.
-	GPUs        int
+	GPUs int
+	// Share, when set, makes each pod ask for that much memory of one shared GPU
+	// instead of GPUs whole ones; StartFree is its engine's gpu_memory_utilization
+	// (model.GPUDemand.StartFreeFraction), for shares or whole GPUs.
+	Share       int64
+	StartFree   float64
 	CPU, Memory int64
 	// BestEffort pods request no CPU or memory (they still take a pod slot).
 	BestEffort bool
@@ -252,15 +257,21 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 			bound = g.Bound
 		}
 	}
+	if g.Share > 0 && g.GPUs > 0 {
+		return fmt.Errorf("scenario: gang %s asks for both whole GPUs and a share", g.Name)
+	}
 	for i := 0; i < size; i++ {
 		p := &model.Pod{
 			ID: podIDIn(g.Namespace, g.Name, i), UID: fmt.Sprintf("uid-%s-%d", g.Name, i), Gang: id,
 			Queue: g.Queue, Priority: g.Priority, Preemptible: !g.NonPreemptible,
 			Requests:     model.Resources{MilliCPU: or(g.CPU, 1000), MemoryBytes: or(g.Memory, GiB), Pods: 1},
-			GPU:          model.GPUDemand{Count: g.GPUs},
+			GPU:          model.GPUDemand{Count: g.GPUs, StartFreeFraction: g.StartFree},
 			Elastic:      i >= minMember,
 			CreatedAt:    createdAt,
 			NodeSelector: g.NodeSelector,
+		}
+		if g.Share > 0 {
+			p.GPU.Count, p.GPU.MemoryBytes = 1, g.Share
 		}
 		if g.BestEffort {
 			p.Requests = model.Resources{Pods: 1}
@@ -290,11 +301,22 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 	return nil
 }
 
-// bindPod books p's whole GPUs on the lowest free indexes of the node.
+// bindPod books p's whole GPUs on the lowest free indexes of the node, or its share
+// on the first GPU with room for it.
 func bindPod(snap *model.Snapshot, p *model.Pod, nodeName string, startedAt int64) error {
 	n := snap.Node(nodeName)
 	if n == nil {
 		return fmt.Errorf("pod %s is on node %q, which the scenario does not declare", p.ID, nodeName)
+	}
+	if p.GPU.Shared() {
+		for i := range n.GPUs {
+			g := &n.GPUs[i]
+			if bytes := p.GPU.BytesOn(g); !g.Exclusive && bytes <= g.FreeBytes() {
+				place(snap, p, nodeName, []model.GPUBinding{{Index: g.Index, MemoryBytes: bytes}}, startedAt)
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s needs a share of %d bytes, node %s has no GPU with room", p.ID, p.GPU.MemoryBytes, nodeName)
 	}
 	var gpus []model.GPUBinding
 	for i := range n.GPUs {

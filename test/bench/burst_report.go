@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// BurstRun is one burst on a fresh cluster.
+type BurstRun struct {
+	Mode   string `json:"mode"`
+	Burst  int    `json:"burst"`
+	Run    int    `json:"run"`
+	Status string `json:"status"`
+	LogDir string `json:"logDir"`
+	// Bound counts the services whose worker was bound.
+	Bound int `json:"bound"`
+	// NeededGiB is the GPU memory the burst needs (a whole GPU, or the larger of the
+	// share and gpu_memory_utilization × 80 GiB, per service); FreedGiB the GPU memory
+	// of the training workers evicted. Ratio is FreedGiB/NeededGiB; Floor the least
+	// ratio any victim choice reaches when training gangs go whole (or one worker at a
+	// time above their minimum).
+	NeededGiB float64 `json:"neededGiB"`
+	FreedGiB  float64 `json:"freedGiB"`
+	Ratio     float64 `json:"ratio"`
+	Floor     float64 `json:"floor"`
+	// LatencyP50 and LatencyMax are seconds from a service's worker pod's creation to
+	// its bind; the same less the grace period for workers that waited for victims
+	// are LatencyLessGraceP50/Max.
+	LatencyP50          float64 `json:"latencyP50"`
+	LatencyMax          float64 `json:"latencyMax"`
+	LatencyLessGraceP50 float64 `json:"latencyLessGraceP50"`
+	LatencyLessGraceMax float64 `json:"latencyLessGraceMax"`
+	// GangsEvicted counts training clusters that lost pods; Rebound those bound again,
+	// at their minimum, before the last service was bound; Wasted those whose GPUs no
+	// service's worker took; LateEvictions the pods evicted after every service was
+	// bound; Partial the training clusters seen partly bound, with no member leaving,
+	// for 2 s or more.
+	GangsEvicted  int `json:"gangsEvicted"`
+	Rebound       int `json:"rebound"`
+	Wasted        int `json:"wasted"`
+	LateEvictions int `json:"lateEvictions"`
+	Partial       int `json:"partial"`
+}
+
+func (r BurstRun) oneLine() string {
+	return fmt.Sprintf("%s, %d/%d bound, freed/needed %.2f (floor %.2f), latency p50 %.2fs max %.2fs, %d gangs evicted, %d re-bound, %d wasted, %d late evictions, %d partial",
+		r.Status, r.Bound, r.Burst, r.Ratio, r.Floor, r.LatencyP50, r.LatencyMax, r.GangsEvicted, r.Rebound, r.Wasted, r.LateEvictions, r.Partial)
+}
+
+type gpuSlot struct {
+	node  string
+	index int // -1 when the pod's GPU index is not known: the whole node counts
+}
+
+// gpuSlots reads a pod's GPUs from gantry.dev/gpus ("3" or "3:21474836480,4").
+func gpuSlots(t podTrace) []gpuSlot {
+	if t.gpus == "" {
+		return []gpuSlot{{t.node, -1}}
+	}
+	var out []gpuSlot
+	for _, part := range strings.Split(t.gpus, ",") {
+		idx, _, _ := strings.Cut(part, ":")
+		if i, err := strconv.Atoi(idx); err == nil {
+			out = append(out, gpuSlot{t.node, i})
+		}
+	}
+	return out
+}
+
+// analyze turns the pod traces of one run into its figures.
+func (r *BurstRun) analyze(o BurstOptions, traces []podTrace, start, allBound time.Time, partial int) {
+	const gpuGiB = 80.0
+	perService := gpuGiB
+	if r.Mode == "share" {
+		share := resource.MustParse(o.Share)
+		perService = math.Max(float64(share.Value())/(1<<30), o.Utilization*gpuGiB)
+	}
+	r.NeededGiB = float64(r.Burst) * perService
+	perGPU := max(1, int(gpuGiB/perService))
+	unit := o.Workers
+	if o.MinWorkers < o.Workers {
+		unit = 1
+	}
+	gpusNeeded := (r.Burst + perGPU - 1) / perGPU
+	r.Floor = float64((gpusNeeded+unit-1)/unit*unit) * gpuGiB / r.NeededGiB
+
+	var latencies, lessGrace []float64
+	used := map[gpuSlot]bool{}
+	usedNode := map[string]bool{}
+	lastBind := start
+	for _, t := range traces {
+		if t.service == "" || !t.worker || t.seen.Before(start) || t.bound.IsZero() {
+			continue
+		}
+		r.Bound++
+		l := t.bound.Sub(t.seen).Seconds()
+		latencies = append(latencies, l)
+		lessGrace = append(lessGrace, l)
+		if t.bound.After(lastBind) {
+			lastBind = t.bound
+		}
+		for _, s := range gpuSlots(t) {
+			used[s], usedNode[s.node] = true, true
+		}
+	}
+	evicted := map[string][]gpuSlot{}
+	for _, t := range traces {
+		if t.cluster == "" || t.bound.IsZero() || t.terminating.IsZero() || t.terminating.Before(start) {
+			continue
+		}
+		if t.worker {
+			r.FreedGiB += gpuGiB
+		}
+		if t.terminating.After(allBound) {
+			r.LateEvictions++
+		}
+		slots := evicted[t.cluster]
+		if t.worker {
+			slots = append(slots, gpuSlots(t)...)
+		}
+		evicted[t.cluster] = slots
+	}
+	// A worker that waited for victims waited at least the grace period for them.
+	if len(evicted) > 0 {
+		for i := range lessGrace {
+			lessGrace[i] = math.Max(0, lessGrace[i]-o.Grace.Seconds())
+		}
+	}
+	r.GangsEvicted = len(evicted)
+	for cluster, slots := range evicted {
+		took := false
+		for _, s := range slots {
+			took = took || used[s] || (s.index < 0 && usedNode[s.node])
+		}
+		if !took {
+			r.Wasted++
+		}
+		bound := 0
+		for _, t := range traces {
+			if t.cluster == cluster && t.seen.After(start) && !t.bound.IsZero() && !t.bound.After(lastBind) && t.terminating.IsZero() {
+				bound++
+			}
+		}
+		if bound >= 1+o.MinWorkers {
+			r.Rebound++
+		}
+	}
+	r.Ratio = r.FreedGiB / r.NeededGiB
+	r.LatencyP50, r.LatencyMax = median(latencies), maxOf(latencies)
+	r.LatencyLessGraceP50, r.LatencyLessGraceMax = median(lessGrace), maxOf(lessGrace)
+	r.Partial = partial
+}
+
+func maxOf(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		m = math.Max(m, x)
+	}
+	return m
+}
+
+// BurstSummary is the median of the runs of one mode and burst size.
+type BurstSummary struct {
+	BurstRun
+	Runs, OK int
+}
+
+func summarizeBurst(mode string, n int, runs []BurstRun) BurstSummary {
+	s := BurstSummary{BurstRun: BurstRun{Mode: mode, Burst: n, Status: StatusOK}, Runs: len(runs)}
+	pick := func(f func(BurstRun) float64) float64 {
+		var v []float64
+		for _, r := range runs {
+			v = append(v, f(r))
+		}
+		return median(v)
+	}
+	for _, r := range runs {
+		if r.Status == StatusOK {
+			s.OK++
+		}
+	}
+	if s.OK < len(runs) {
+		s.Status = fmt.Sprintf("%d of %d runs ok", s.OK, len(runs))
+	}
+	s.Ratio = pick(func(r BurstRun) float64 { return r.Ratio })
+	s.Floor = pick(func(r BurstRun) float64 { return r.Floor })
+	s.LatencyP50 = pick(func(r BurstRun) float64 { return r.LatencyP50 })
+	s.LatencyMax = pick(func(r BurstRun) float64 { return r.LatencyMax })
+	s.LatencyLessGraceP50 = pick(func(r BurstRun) float64 { return r.LatencyLessGraceP50 })
+	s.LatencyLessGraceMax = pick(func(r BurstRun) float64 { return r.LatencyLessGraceMax })
+	s.Bound = int(pick(func(r BurstRun) float64 { return float64(r.Bound) }))
+	s.GangsEvicted = int(pick(func(r BurstRun) float64 { return float64(r.GangsEvicted) }))
+	s.Rebound = int(pick(func(r BurstRun) float64 { return float64(r.Rebound) }))
+	s.Wasted = int(pick(func(r BurstRun) float64 { return float64(r.Wasted) }))
+	s.LateEvictions = int(pick(func(r BurstRun) float64 { return float64(r.LateEvictions) }))
+	s.Partial = int(pick(func(r BurstRun) float64 { return float64(r.Partial) }))
+	return s
+}
+
+// BurstReport is a whole burst benchmark.
+type BurstReport struct {
+	Command  string         `json:"command"`
+	Started  time.Time      `json:"started"`
+	Duration float64        `json:"durationSeconds"`
+	Machine  Machine        `json:"machine"`
+	Gantry   Binary         `json:"gantryScheduler"`
+	Options  BurstOptions   `json:"options"`
+	Runs     []BurstRun     `json:"runs"`
+	Summary  []BurstSummary `json:"summary"`
+}
+
+// WriteBurstTable prints every run, then the medians.
+func WriteBurstTable(w io.Writer, rep *BurstReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tburst\trun\tbound\tfreed/needed\tfloor\tp50 s\tmax s\tp50-grace\tmax-grace\tevicted\tre-bound\twasted\tlate\tpartial\tstatus\t")
+	row := func(r BurstRun, run string) {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Mode, r.Burst, run, r.Bound,
+			r.Ratio, r.Floor, r.LatencyP50, r.LatencyMax, r.LatencyLessGraceP50, r.LatencyLessGraceMax,
+			r.GangsEvicted, r.Rebound, r.Wasted, r.LateEvictions, r.Partial, r.Status)
+	}
+	for _, r := range rep.Runs {
+		row(r, strconv.Itoa(r.Run))
+	}
+	for _, s := range rep.Summary {
+		row(s.BurstRun, "median")
+	}
+	tw.Flush()
+}
+
+// WriteBurstJSON writes the report to path.
+func WriteBurstJSON(path string, rep *BurstReport) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
