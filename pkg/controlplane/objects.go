@@ -1,4 +1,4 @@
-package testenv
+package controlplane
 
 import (
 	"bufio"
@@ -44,7 +44,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, paths ...string) error {
 			for _, doc := range docs {
 				crd := &apiextensionsv1.CustomResourceDefinition{}
 				if err := yaml.Unmarshal(doc, crd); err != nil {
-					return fmt.Errorf("testenv: %s: %w", f, err)
+					return fmt.Errorf("controlplane: %s: %w", f, err)
 				}
 				if crd.Kind != "CustomResourceDefinition" {
 					continue
@@ -64,7 +64,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, paths ...string) error {
 			_, err = client.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
 		}
 		if err != nil {
-			return fmt.Errorf("testenv: install CRD %s: %w", crd.Name, err)
+			return fmt.Errorf("controlplane: install CRD %s: %w", crd.Name, err)
 		}
 	}
 	for _, crd := range crds {
@@ -81,7 +81,7 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, paths ...string) error {
 			return false, nil
 		})
 		if err != nil {
-			return fmt.Errorf("testenv: CRD %s not established: %w", crd.Name, err)
+			return fmt.Errorf("controlplane: CRD %s not established: %w", crd.Name, err)
 		}
 	}
 	return nil
@@ -124,7 +124,7 @@ func splitYAML(b []byte, path string) ([][]byte, error) {
 			return docs, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("testenv: %s: %w", path, err)
+			return nil, fmt.Errorf("controlplane: %s: %w", path, err)
 		}
 		if len(strings.TrimSpace(string(doc))) > 0 {
 			docs = append(docs, doc)

@@ -1,4 +1,4 @@
-package testenv
+package controlplane
 
 import (
 	"context"
@@ -130,7 +130,7 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: "admin"}
 	kc.CurrentContext = "testenv"
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return fmt.Errorf("testenv: write kubeconfig: %w", err)
+		return fmt.Errorf("controlplane: write kubeconfig: %w", err)
 	}
 	return nil
 }
@@ -176,7 +176,7 @@ func (e *Env) startControllerManager(ctx context.Context, bin string, pki *pki, 
 func (e *Env) startKwok(ctx context.Context, bin string, logs bool) error {
 	stages := filepath.Join(bin, "kwok-stages.yaml")
 	if _, err := os.Stat(stages); err != nil {
-		return fmt.Errorf("testenv: %s missing: run `make tools`", stages)
+		return fmt.Errorf("controlplane: %s missing: run `make tools`", stages)
 	}
 	port, err := FreePort()
 	if err != nil {

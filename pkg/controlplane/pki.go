@@ -1,4 +1,4 @@
-package testenv
+package controlplane
 
 import (
 	"crypto/ecdsa"
@@ -88,13 +88,13 @@ func writePKI(dir string) (*pki, error) {
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 	}); err != nil {
-		return nil, fmt.Errorf("testenv: server certificate: %w", err)
+		return nil, fmt.Errorf("controlplane: server certificate: %w", err)
 	}
 	if err := issue(p.adminCert, p.adminKey, 3, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "gantry-testenv-admin", Organization: []string{"system:masters"}},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}); err != nil {
-		return nil, fmt.Errorf("testenv: admin certificate: %w", err)
+		return nil, fmt.Errorf("controlplane: admin certificate: %w", err)
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -144,7 +144,7 @@ func insecureGet(url string) (int, error) {
 // into dir (tls.crt, tls.key) and returns the CA in PEM, for a webhook's caBundle.
 func (e *Env) ServingCert(dir string) (caPEM []byte, err error) {
 	if e.pki == nil {
-		return nil, fmt.Errorf("testenv: no CA")
+		return nil, fmt.Errorf("controlplane: no CA")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -160,7 +160,7 @@ func (e *Env) ServingCert(dir string) (caPEM []byte, err error) {
 	cb, _ := pem.Decode(caPEM)
 	kb, _ := pem.Decode(caKeyPEM)
 	if cb == nil || kb == nil {
-		return nil, fmt.Errorf("testenv: unreadable CA")
+		return nil, fmt.Errorf("controlplane: unreadable CA")
 	}
 	ca, err := x509.ParseCertificate(cb.Bytes)
 	if err != nil {
