@@ -1,4 +1,4 @@
-package kube
+package cache
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // defaultPreemptibleBelow is the priority under which work is preemptible unless a
@@ -14,11 +15,9 @@ import (
 // is, build (100) and inference (125) are not.
 const defaultPreemptibleBelow = 100
 
-// podFromAPI translates a pod. Queue, priority and preemptibility are the gang's and
-// are stamped by regroup. Caller holds mu.
-func (c *Cache) podFromAPI(pod *corev1.Pod, id model.PodID, ours bool) (*model.Pod, error) {
-	reqs := podRequests(pod)
-	demand, err := podDemand(pod, reqs)
+// podFromAPI translates a pod, with its demand from podDemand. Queue, priority and
+// preemptibility are the gang's and are stamped by regroup.
+func (c *Cache) podFromAPI(pod *corev1.Pod, id model.PodID, ours bool, reqs corev1.ResourceList, demand model.GPUDemand) *model.Pod {
 	p := &model.Pod{
 		ID:               id,
 		UID:              string(pod.UID),
@@ -27,7 +26,7 @@ func (c *Cache) podFromAPI(pod *corev1.Pod, id model.PodID, ours bool) (*model.P
 		NodeSelector:     pod.Spec.NodeSelector,
 		Tolerations:      pod.Spec.Tolerations,
 		Node:             pod.Spec.NodeName,
-		GPUs:             ParseGPUs(pod.Annotations[AnnotationGPUs]),
+		GPUs:             ParseGPUs(pod.Annotations[names.AnnotationGPUs]),
 		Foreign:          !ours,
 		Terminating:      pod.DeletionTimestamp != nil,
 		NominatedNode:    pod.Status.NominatedNodeName,
@@ -45,7 +44,7 @@ func (c *Cache) podFromAPI(pod *corev1.Pod, id model.PodID, ours bool) (*model.P
 	if !ours {
 		p.Preemptible = false
 	}
-	return p, err
+	return p
 }
 
 func requiredAffinity(pod *corev1.Pod) *corev1.NodeSelector {
@@ -114,7 +113,6 @@ func (c *Cache) applyGang(g *gang.Gang) {
 	if old := c.snap.Gangs[g.ID]; old != nil && mg.PriorityClassName == "" {
 		mg.PriorityClassName = old.PriorityClassName
 	}
-	startFree := c.startFreeFraction(g)
 	for _, m := range g.Members {
 		p := c.snap.Pods[m.ID]
 		if p == nil {
@@ -122,9 +120,7 @@ func (c *Cache) applyGang(g *gang.Gang) {
 		}
 		q := *p
 		q.Gang, q.Queue, q.Priority, q.Preemptible, q.Elastic = g.ID, g.Queue, priority, preemptible, m.Elastic
-		if startFree > 0 && q.GPU.Count > 0 {
-			q.GPU.StartFreeFraction = startFree
-		}
+		q.GPU = withStartFree(q.GPU, g.StartFreeFraction)
 		c.snap.Pods[m.ID] = &q
 	}
 	c.snap.Gangs[g.ID] = mg
@@ -166,20 +162,6 @@ func hasSpecPriority(g *gang.Gang) bool {
 		}
 	}
 	return false
-}
-
-// startFreeFraction is vLLM's gpu_memory_utilization for the GPU workers of a Ray
-// Serve LLM service: the share of each GPU's memory that must be free when it starts.
-func (c *Cache) startFreeFraction(g *gang.Gang) float64 {
-	kind, name, ok := strings.Cut(g.Owner, "/")
-	if !ok || kind != "RayService" {
-		return 0
-	}
-	svc := c.lookup.RayService(g.Namespace, name)
-	if svc == nil {
-		return 0
-	}
-	return ServeGPUMemoryUtilization(svc.Spec.ServeConfigV2)
 }
 
 // RegroupAll recomputes every gang of a namespace ("" for all), after an owner

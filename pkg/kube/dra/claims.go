@@ -1,10 +1,18 @@
-package kube
+// Package dra is Gantry's side of Dynamic Resource Allocation: it resolves a pod's
+// ResourceClaims, translates what they ask of gpu.gantry.dev, runs the structured
+// allocator (k8s.io/dynamic-resource-allocation/structured) for the claims the core
+// cannot place itself, and writes allocations to claims before a Binding.
+//
+// It must not import the cache, the dispatch loop or anything that holds scheduler
+// state: its callers pass what it reads. The Allocator is not safe for concurrent use;
+// the cache calls it under its own lock.
+package dra
 
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
@@ -15,16 +23,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // DeviceName is the name the node agent gives a GPU's device in its ResourceSlice.
 func DeviceName(index int) string { return "gpu-" + strconv.Itoa(index) }
 
 // memoryCapacity is the consumable capacity of a gpu.gantry.dev device.
-const memoryCapacity resourceapi.QualifiedName = "memory"
+const memoryCapacity resourceapi.QualifiedName = names.MemoryCapacity
 
-// podClaim is one of a pod's ResourceClaims as the scheduler needs it.
-type podClaim struct {
+// Claim is one of a pod's ResourceClaims as the scheduler needs it.
+type Claim struct {
 	// Name is the ResourceClaim's name; Ref is the entry in pod.spec.resourceClaims.
 	Name, Ref string
 	Claim     *resourceapi.ResourceClaim
@@ -45,9 +54,9 @@ func ClaimName(pod *corev1.Pod, pc corev1.PodResourceClaim) string {
 	return ""
 }
 
-// claimsOf resolves a pod's spec.resourceClaims to claim objects. waiting says which
+// Resolve resolves a pod's spec.resourceClaims to claim objects. waiting says which
 // claim does not exist yet (kube-controller-manager creates claims from templates).
-func claimsOf(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) (out []podClaim, waiting string) {
+func Resolve(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) (out []Claim, waiting string) {
 	for _, pc := range pod.Spec.ResourceClaims {
 		name := ClaimName(pod, pc)
 		if name == "" {
@@ -57,27 +66,27 @@ func claimsOf(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) (ou
 		if c == nil {
 			return nil, fmt.Sprintf("waiting for ResourceClaim %s to be created", name)
 		}
-		out = append(out, podClaim{Name: name, Ref: pc.Name, Claim: c})
+		out = append(out, Claim{Name: name, Ref: pc.Name, Claim: c})
 	}
 	return out, ""
 }
 
-// claimDemand adds the GPUs a pod's claims ask of class gpu.gantry.dev to d, for
-// claims that needsAllocator leaves to pkg/placement: each request takes count whole
+// Demand adds the GPUs a pod's claims ask of class gpu.gantry.dev to d, for
+// claims that NeedsAllocator leaves to pkg/placement: each request takes count whole
 // GPUs, or, with capacity.requests.memory, a share of that much memory on each.
-func claimDemand(pcs []podClaim, d model.GPUDemand) model.GPUDemand {
+func Demand(pcs []Claim, d model.GPUDemand) model.GPUDemand {
 	for _, pc := range pcs {
 		for _, r := range pc.Claim.Spec.Devices.Requests {
 			d.Count += max(int(r.Exactly.Count), 1)
-			d.MemoryBytes = requestedMemory(r.Exactly)
+			d.MemoryBytes = RequestedMemory(r.Exactly)
 			d.ByDevice = true
 		}
 	}
 	return d
 }
 
-// requestedMemory is the memory share a request asks for, or 0 for whole devices.
-func requestedMemory(e *resourceapi.ExactDeviceRequest) int64 {
+// RequestedMemory is the memory share a request asks for, or 0 for whole devices.
+func RequestedMemory(e *resourceapi.ExactDeviceRequest) int64 {
 	if e.Capacity != nil {
 		if q, ok := e.Capacity.Requests[memoryCapacity]; ok {
 			return q.Value()
@@ -95,10 +104,10 @@ func reservedFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
 	return false
 }
 
-// allocateClaims writes, for each of the pod's claims, the devices the placement
+// Allocate writes, for each of the pod's claims, the devices the placement
 // chose and reserves the claim for the pod: the kubelet's DRA driver then prepares
 // exactly those devices (or shares). It runs before the Binding.
-func allocateClaims(ctx context.Context, client kubernetes.Interface, pod *model.Pod, pcs []podClaim, node string, gpus []model.GPUBinding) error {
+func Allocate(ctx context.Context, client kubernetes.Interface, pod *model.Pod, pcs []Claim, node string, gpus []model.GPUBinding) error {
 	next := 0
 	for _, pc := range pcs {
 		c := pc.Claim.DeepCopy()
@@ -119,7 +128,7 @@ func allocateClaims(ctx context.Context, client kubernetes.Interface, pod *model
 			for i := 0; i < count && next < len(gpus); i++ {
 				g := gpus[next]
 				next++
-				res := resourceapi.DeviceRequestAllocationResult{Request: r.Name, Driver: DriverName, Pool: node, Device: DeviceName(g.Index)}
+				res := resourceapi.DeviceRequestAllocationResult{Request: r.Name, Driver: names.DriverName, Pool: node, Device: DeviceName(g.Index)}
 				if !g.Whole {
 					// One share of a device per claim result, stable for a pod.
 					share := types.UID(uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprintf("%s/%s/%d", pod.UID, c.Name, next))).String())
@@ -160,13 +169,13 @@ func releaseAllocation(ctx context.Context, client kubernetes.Interface, c *reso
 	return cleared, nil
 }
 
-// gpuOfResult is the GPU binding one gpu.gantry.dev allocation result on node
+// GPUOfResult is the GPU binding one gpu.gantry.dev allocation result on node
 // stands for: a share of the memory it consumes, or the whole GPU (also when the
 // share is all of the GPU's memory, gpuMemory, where known). ok is false for
 // another driver's device or another node's.
-func gpuOfResult(r resourceapi.DeviceRequestAllocationResult, node string, gpuMemory int64) (b model.GPUBinding, ok bool) {
-	index, err := deviceIndex(r.Device)
-	if r.Driver != DriverName || r.Pool != node || err != nil {
+func GPUOfResult(r resourceapi.DeviceRequestAllocationResult, node string, gpuMemory int64) (b model.GPUBinding, ok bool) {
+	index, err := DeviceIndex(r.Device)
+	if r.Driver != names.DriverName || r.Pool != node || err != nil {
 		return b, false
 	}
 	if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil && (gpuMemory <= 0 || q.Value() < gpuMemory) {
@@ -176,60 +185,6 @@ func gpuOfResult(r resourceapi.DeviceRequestAllocationResult, node string, gpuMe
 }
 
 func podName(id model.PodID) string {
-	_, name := splitID(id)
+	_, name, _ := strings.Cut(string(id), "/")
 	return name
-}
-
-// claimedGPUs returns the gpu.gantry.dev devices on a bound pod's node held by the
-// pod's allocated claims of which it is the holder: whole GPUs, or shares of the
-// memory they consume. Caller holds mu.
-func (c *Cache) claimedGPUs(pod *corev1.Pod) []model.GPUBinding {
-	pcs, _ := claimsOf(pod, c.claims)
-	var out []model.GPUBinding
-	for _, pc := range pcs {
-		a := pc.Claim.Status.Allocation
-		if a == nil || !c.holds(pc.Claim, pod) {
-			continue
-		}
-		for _, r := range a.Devices.Results {
-			if b, ok := gpuOfResult(r, pod.Spec.NodeName, 0); ok {
-				out = append(out, b)
-			}
-		}
-	}
-	return out
-}
-
-// holds reports whether pod is the one pod on which a claim's devices are booked:
-// its first consumer that is bound and running. A claim shared by several pods is
-// booked once, and passes to the next consumer when its holder ends. Caller holds
-// mu.
-func (c *Cache) holds(cl *resourceapi.ResourceClaim, pod *corev1.Pod) bool {
-	for _, r := range cl.Status.ReservedFor {
-		if r.Resource != "pods" {
-			continue
-		}
-		if r.UID == pod.UID {
-			return true
-		}
-		if other := c.apiPods[model.PodID(cl.Namespace+"/"+r.Name)]; other != nil && other.UID == r.UID && live(other) {
-			return false
-		}
-	}
-	return true
-}
-
-// live reports whether a pod is bound and has not finished.
-func live(p *corev1.Pod) bool {
-	return p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
-}
-
-// mergeGPUs adds to gpus the bindings of more on GPUs not in gpus already.
-func mergeGPUs(gpus, more []model.GPUBinding) []model.GPUBinding {
-	for _, b := range more {
-		if !slices.ContainsFunc(gpus, func(g model.GPUBinding) bool { return g.Index == b.Index }) {
-			gpus = append(gpus, b)
-		}
-	}
-	return gpus
 }

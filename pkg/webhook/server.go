@@ -1,4 +1,4 @@
-package kube
+package webhook
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
-	"github.com/gantry-dev/gantry/pkg/webhook"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // Webhook paths, as the webhook configurations name them.
@@ -25,16 +25,16 @@ const (
 	DefaultPodPath    = "/default-pod"
 )
 
-// ServeWebhooks serves the Queue validating webhook and the pod defaulting webhook
+// Serve serves the Queue validating webhook and the pod defaulting webhook
 // over TLS (tls.crt and tls.key in certDir) until ctx ends. It returns once the
 // listener is open.
-func ServeWebhooks(ctx context.Context, addr, certDir string, dyn dynamic.Interface) error {
+func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) error {
 	cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, "tls.crt"), filepath.Join(certDir, "tls.key"))
 	if err != nil {
 		return fmt.Errorf("webhook certificate: %w", err)
 	}
 	listQueues := func(ctx context.Context) ([]schedulingv1alpha1.Queue, error) {
-		list, err := dyn.Resource(queueGVR).List(ctx, metav1.ListOptions{})
+		list, err := dyn.Resource(names.QueueGVR).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -47,8 +47,8 @@ func ServeWebhooks(ctx context.Context, addr, certDir string, dyn dynamic.Interf
 		return out, nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle(ValidateQueuePath, webhook.NewQueueValidator(listQueues))
-	mux.Handle(DefaultPodPath, webhook.PodDefaulter{})
+	mux.Handle(ValidateQueuePath, NewQueueValidator(listQueues))
+	mux.Handle(DefaultPodPath, PodDefaulter{})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("webhook listen %s: %w", addr, err)

@@ -1,4 +1,4 @@
-package kube
+package dra
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // Claims that pkg/placement cannot place on its own (CEL selectors, other
@@ -50,71 +51,50 @@ var draFeatures = structured.Features{
 	PrioritizedList:      true,
 }
 
-// draState is what the structured allocator reads, kept by the Cache under its lock.
-type draState struct {
-	// slices are every driver's ResourceSlices by name; classes the DeviceClasses.
+// Allocator runs the structured allocator over the devices it has seen. It owns its
+// state: every driver's ResourceSlices, the DeviceClasses, the allocations this
+// scheduler decided that the informer has not shown yet, the CEL cache, and the
+// last cycle's choices. Not safe for concurrent use.
+type Allocator struct {
 	slices  map[string]*resourceapi.ResourceSlice
 	classes map[string]*resourceapi.DeviceClass
 	// inflight are allocations this scheduler decided for claims ("namespace/name")
 	// whose status the informer has not shown allocated yet.
 	inflight map[string]resourceapi.AllocationResult
 	celCache *cel.Cache
-	// structured are the pods whose claims need the structured allocator.
-	structured map[model.PodID]struct{}
-	// choices are, per such pod, the allocation of its unallocated claims on each
-	// node where one exists, from the last cycle.
+	// choices are, per pod, the allocation of its unallocated claims on each node
+	// where one exists, from the last Choose.
 	choices map[model.PodID]map[string][]resourceapi.AllocationResult
-	// failed are the pods whose podErrors entry the allocator wrote, cleared and
-	// written again each cycle.
-	failed map[model.PodID]bool
 }
 
-func newDRAState() draState {
-	return draState{
-		slices:     map[string]*resourceapi.ResourceSlice{},
-		classes:    map[string]*resourceapi.DeviceClass{},
-		inflight:   map[string]resourceapi.AllocationResult{},
-		celCache:   cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true}),
-		structured: map[model.PodID]struct{}{},
-		choices:    map[model.PodID]map[string][]resourceapi.AllocationResult{},
-		failed:     map[model.PodID]bool{},
+// NewAllocator returns an allocator that has seen nothing.
+func NewAllocator() *Allocator {
+	return &Allocator{
+		slices:   map[string]*resourceapi.ResourceSlice{},
+		classes:  map[string]*resourceapi.DeviceClass{},
+		inflight: map[string]resourceapi.AllocationResult{},
+		celCache: cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true}),
+		choices:  map[model.PodID]map[string][]resourceapi.AllocationResult{},
 	}
 }
 
-// UpsertSlice records a ResourceSlice of any driver for the structured allocator.
-func (c *Cache) UpsertSlice(sl *resourceapi.ResourceSlice) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.dra.slices[sl.Name] = sl
-	c.freed()
-}
+// UpsertSlice records a ResourceSlice of any driver.
+func (a *Allocator) UpsertSlice(sl *resourceapi.ResourceSlice) { a.slices[sl.Name] = sl }
 
 // DeleteSlice forgets a ResourceSlice.
-func (c *Cache) DeleteSlice(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.dra.slices, name)
-	c.freed()
-}
+func (a *Allocator) DeleteSlice(name string) { delete(a.slices, name) }
 
-// UpsertDeviceClass records a DeviceClass.
-func (c *Cache) UpsertDeviceClass(dc *resourceapi.DeviceClass) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.dra.classes[dc.Name] = dc
-	c.freed()
-}
+// UpsertClass records a DeviceClass.
+func (a *Allocator) UpsertClass(dc *resourceapi.DeviceClass) { a.classes[dc.Name] = dc }
 
-// DeleteDeviceClass forgets a DeviceClass.
-func (c *Cache) DeleteDeviceClass(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.dra.classes, name)
-	c.freed()
-}
+// DeleteClass forgets a DeviceClass.
+func (a *Allocator) DeleteClass(name string) { delete(a.classes, name) }
 
-// classLister serves the cached DeviceClasses to the allocator. Used under the
-// Cache's lock only.
+// ClaimSeen drops the in-flight allocation of a claim the informer now shows
+// allocated, or deleted.
+func (a *Allocator) ClaimSeen(key string) { delete(a.inflight, key) }
+
+// classLister serves the DeviceClasses to the structured allocator.
 type classLister map[string]*resourceapi.DeviceClass
 
 func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
@@ -132,11 +112,11 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	return nil, fmt.Errorf("DeviceClass %q does not exist", name)
 }
 
-// needsAllocator reports whether a pod's claims are beyond what claimDemand
+// NeedsAllocator reports whether a pod's claims are beyond what Demand
 // places by itself: anything but selector-free, exact-count requests on
 // gpu.gantry.dev, all of one kind (whole GPUs or shares of one size), in claims of
 // the pod's own that are not allocated yet.
-func needsAllocator(pod *corev1.Pod, pcs []podClaim) bool {
+func NeedsAllocator(pod *corev1.Pod, pcs []Claim) bool {
 	kind := int64(-1)
 	for _, pc := range pcs {
 		c := pc.Claim
@@ -148,12 +128,12 @@ func needsAllocator(pod *corev1.Pod, pcs []podClaim) bool {
 		}
 		for _, r := range c.Spec.Devices.Requests {
 			e := r.Exactly
-			if e == nil || e.DeviceClassName != DriverName || len(e.Selectors) > 0 ||
+			if e == nil || e.DeviceClassName != names.DriverName || len(e.Selectors) > 0 ||
 				e.AllocationMode == resourceapi.DeviceAllocationModeAll || len(e.Tolerations) > 0 ||
 				(e.AdminAccess != nil && *e.AdminAccess) {
 				return true
 			}
-			mem := requestedMemory(e)
+			mem := RequestedMemory(e)
 			if kind >= 0 && mem != kind {
 				return true
 			}
@@ -177,10 +157,10 @@ func reservedOnlyFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
 	return true
 }
 
-// structuredDemand estimates, for messages, ordering and queue charges, the
+// StructuredDemand estimates, for messages, ordering and queue charges, the
 // gpu.gantry.dev GPUs a pod's claims ask for; the allocator decides the devices.
 // Claims allocated already (shared) take no new GPU.
-func structuredDemand(pod *corev1.Pod, pcs []podClaim, d model.GPUDemand) model.GPUDemand {
+func StructuredDemand(pod *corev1.Pod, pcs []Claim, d model.GPUDemand) model.GPUDemand {
 	unallocated, _ := toAllocate(pod, pcs)
 	for _, cl := range unallocated {
 		for _, r := range cl.Spec.Devices.Requests {
@@ -189,11 +169,11 @@ func structuredDemand(pod *corev1.Pod, pcs []podClaim, d model.GPUDemand) model.
 				s := r.FirstAvailable[0]
 				e = &resourceapi.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Count: s.Count, Capacity: s.Capacity}
 			}
-			if e == nil || e.DeviceClassName != DriverName {
+			if e == nil || e.DeviceClassName != names.DriverName {
 				continue
 			}
 			d.Count += max(int(e.Count), 1)
-			d.MemoryBytes = max(d.MemoryBytes, requestedMemory(e))
+			d.MemoryBytes = max(d.MemoryBytes, RequestedMemory(e))
 		}
 	}
 	d.ByDevice = true
@@ -202,7 +182,7 @@ func structuredDemand(pod *corev1.Pod, pcs []podClaim, d model.GPUDemand) model.
 
 // toAllocate returns the claims of a pod the allocator must allocate (copies without
 // a stale allocation of the pod's own) and the allocated claims it must share.
-func toAllocate(pod *corev1.Pod, pcs []podClaim) (unallocated, shared []*resourceapi.ResourceClaim) {
+func toAllocate(pod *corev1.Pod, pcs []Claim) (unallocated, shared []*resourceapi.ResourceClaim) {
 	for _, pc := range pcs {
 		c := pc.Claim
 		switch {
@@ -223,20 +203,20 @@ func toAllocate(pod *corev1.Pod, pcs []podClaim) (unallocated, shared []*resourc
 // devices from the core's bookings, other drivers' devices from the claims and from
 // this scheduler's allocations in flight. Claims in skip (stale allocations about to
 // be redone) do not count. GPU memory in evictable (from evictableGPUs) counts as
-// free: with it, the state a preemptor's search starts from. Caller holds mu.
-func (c *Cache) allocatedState(skip map[string]bool, evictable map[structured.DeviceID]int64) structured.AllocatedState {
+// free: with it, the state a preemptor's search starts from.
+func (a *Allocator) allocatedState(in Input, skip map[string]bool, evictable map[structured.DeviceID]int64) structured.AllocatedState {
 	st := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	for _, n := range c.snap.Nodes {
+	for _, n := range in.Snap.Nodes {
 		if n.GPUsByCountOnly {
 			continue
 		}
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
-			id := structured.MakeDeviceID(DriverName, n.Name, DeviceName(g.Index))
+			id := structured.MakeDeviceID(names.DriverName, n.Name, DeviceName(g.Index))
 			free, held := evictable[id]
 			switch {
 			case !g.Healthy:
@@ -252,29 +232,29 @@ func (c *Cache) allocatedState(skip map[string]bool, evictable map[structured.De
 			}
 		}
 	}
-	for key, cl := range c.claims {
+	for key, cl := range in.Claims {
 		if skip[key] {
 			continue
 		}
 		if cl.Status.Allocation != nil {
 			addResults(&st, cl.Status.Allocation, false)
-		} else if a, ok := c.dra.inflight[key]; ok {
-			addResults(&st, &a, false)
+		} else if r, ok := a.inflight[key]; ok {
+			addResults(&st, &r, false)
 		}
 	}
 	return st
 }
 
 // evictableGPUs is the GPU memory a preemption could free, per GPU, -1 for a GPU
-// held whole: what preemptible or terminating pods hold. Caller holds mu.
-func (c *Cache) evictableGPUs() map[structured.DeviceID]int64 {
+// held whole: what preemptible or terminating pods hold.
+func evictableGPUs(snap *model.Snapshot) map[structured.DeviceID]int64 {
 	evictable := map[structured.DeviceID]int64{}
-	for _, p := range c.snap.Pods {
+	for _, p := range snap.Pods {
 		if !p.Bound() || !(p.Preemptible || p.Terminating) {
 			continue
 		}
 		for _, b := range p.GPUs {
-			id := structured.MakeDeviceID(DriverName, p.Node, DeviceName(b.Index))
+			id := structured.MakeDeviceID(names.DriverName, p.Node, DeviceName(b.Index))
 			if b.Whole {
 				evictable[id] = -1
 			} else if evictable[id] >= 0 {
@@ -285,93 +265,152 @@ func (c *Cache) evictableGPUs() map[structured.DeviceID]int64 {
 	return evictable
 }
 
-// chooseDevices runs the structured allocator for the pending pods that need it
-// (reporting whether there were any) and records, on each pod, the nodes where its
-// claims can be allocated and the GPUs they would take there. A claim the allocator rejects as invalid (a CEL error, a
-// missing DeviceClass) holds the pod back with the allocator's words. Pods for
-// which skip is true (gangs the cycle will not try) keep last cycle's choices.
-// Caller holds mu.
+// Input is what Choose reads, owned by the caller and only read.
+type Input struct {
+	// Snap is the core's bookings: gpu.gantry.dev devices count as taken as the core
+	// booked them.
+	Snap *model.Snapshot
+	// Nodes are the API nodes by name; Claims every ResourceClaim by "ns/name".
+	Nodes  map[string]*corev1.Node
+	Claims map[string]*resourceapi.ResourceClaim
+}
+
+// Request is one pending pod whose claims need the allocator.
+type Request struct {
+	ID        model.PodID
+	Gang      model.GangID
+	CreatedAt int64
+	Pod       *corev1.Pod
+	Claims    []Claim
+	// Skip is set for a pod the cycle will not try: it is not asked about, but the
+	// stale allocations of its own that would be redone do not count as taken.
+	Skip bool
+}
+
+// Choice is the allocator's answer for one pod: per node, the GPUs its claims take
+// there, now and if the preemptible pods were gone. Err is the allocator's refusal
+// of the claims themselves (a CEL error, a missing DeviceClass).
+type Choice struct {
+	Devices, IfPreempted map[string][]model.GPUBinding
+	Err                  error
+}
+
+// Choose asks the allocator, for each request not skipped, on which nodes its claims
+// can be allocated and which GPUs they would take there. The answers are kept for
+// Take.
 //
 // Pods whose claims are alike (replicas from one ResourceClaimTemplate) are asked
 // about once: the allocator is run in levels, each with the devices of the levels
 // before it taken, so the pod in slot i gets level i (modulo the number of levels)
 // and pods that share a node get different devices there. The cost is levels × nodes
 // allocator calls per kind of claim, not pods × nodes.
-func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool) (asked bool) {
-	previous := c.dra.failed
-	for id := range previous {
-		delete(c.podErrors, id)
-	}
-	c.dra.failed = map[model.PodID]bool{}
-	defer func() {
-		// A gang held back by an allocator error that is gone now (its DeviceClass
-		// was created, say) is read afresh, without the error as its reason.
-		for id := range previous {
-			if !c.dra.failed[id] && c.gangOf[id] != "" {
-				c.regroup(c.gangOf[id])
-			}
-		}
-	}()
-	clear(c.dra.choices)
-	groups := map[string][]model.PodID{}
-	groupOf := map[model.PodID]string{}
-	var all []model.PodID
+func (a *Allocator) Choose(ctx context.Context, in Input, reqs []Request) map[model.PodID]Choice {
+	clear(a.choices)
 	stale := map[string]bool{}
-	for id := range c.dra.structured {
-		p, api := c.snap.Pods[id], c.apiPods[id]
-		if p == nil || api == nil || p.Bound() || c.podErrors[id] != "" {
-			continue
-		}
-		for _, pc := range c.podClaims[id] {
-			if pc.Claim.Status.Allocation != nil && reservedOnlyFor(pc.Claim, api.UID) {
-				stale[api.Namespace+"/"+pc.Name] = true
+	var all []*Request
+	for i := range reqs {
+		r := &reqs[i]
+		for _, pc := range r.Claims {
+			if pc.Claim.Status.Allocation != nil && reservedOnlyFor(pc.Claim, r.Pod.UID) {
+				stale[r.Pod.Namespace+"/"+pc.Name] = true
 			}
 		}
-		if skip != nil && skip(p.Gang) {
-			continue
+		if !r.Skip {
+			all = append(all, r)
 		}
-		key := claimsKey(api, c.podClaims[id], id)
-		groups[key] = append(groups[key], id)
-		groupOf[id] = key
-		all = append(all, id)
 	}
-	if len(groups) == 0 {
-		return false
+	if len(all) == 0 {
+		return nil
 	}
-	// Every pod takes a slot, and the level of its slot: slots differ between pods
-	// alike (one kind of claims) and between members of one gang, so that members of
-	// a gang whose claims are of different kinds get different devices where the
-	// answers overlap too (a gang on one node would otherwise be offered the same GPU
-	// twice, and fail every cycle). Pods of different gangs and kinds may share a
-	// slot; the core sorts out what they both want.
+	groups, slot, slots := groupRequests(all)
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	slices, nodes := a.slicesAndNodes(in)
+	base := a.allocatedState(in, stale, nil)
+	var ifPreempted *structured.AllocatedState
+	if evictable := evictableGPUs(in.Snap); len(evictable) > 0 {
+		st := a.allocatedState(in, stale, evictable)
+		ifPreempted = &st
+	}
+	out := make(map[model.PodID]Choice, len(all))
+	for _, key := range keys {
+		rs := groups[key]
+		sort.Slice(rs, func(i, j int) bool { return slot[rs[i].ID] < slot[rs[j].ID] })
+		levels, err := a.allocationLevels(ctx, in, base, slices, nodes, rs[0].Pod, rs[0].Claims, slots[key])
+		// The choices a preemption search would start from: only where the GPUs
+		// now held by pods it could evict are what stands in the way.
+		var preemptLevels []allocationLevel
+		if err == nil && ifPreempted != nil {
+			preemptLevels, err = a.allocationLevels(ctx, in, *ifPreempted, slices, nodes, rs[0].Pod, rs[0].Claims, slots[key])
+		}
+		for _, r := range rs {
+			i := slot[r.ID]
+			ch := Choice{Devices: map[string][]model.GPUBinding{}, Err: err}
+			if len(preemptLevels) > 0 {
+				ch.IfPreempted = preemptLevels[i%len(preemptLevels)].gpus
+			}
+			switch {
+			case err != nil:
+			case len(levels) > 0:
+				l := levels[i%len(levels)]
+				ch.Devices = l.gpus
+				a.choices[r.ID] = l.results
+			default:
+				a.choices[r.ID] = nil
+			}
+			out[r.ID] = ch
+		}
+	}
+	return out
+}
+
+// groupRequests groups requests by the kind of their claims and gives every pod a
+// slot: slots differ between pods alike (one kind of claims) and between members of
+// one gang, so that members of a gang whose claims are of different kinds get
+// different devices where the answers overlap too (a gang on one node would
+// otherwise be offered the same GPU twice, and fail every cycle). Pods of different
+// gangs and kinds may share a slot; the core sorts out what they both want.
+func groupRequests(all []*Request) (groups map[string][]*Request, slot map[model.PodID]int, slots map[string]int) {
+	groups = map[string][]*Request{}
+	groupOf := map[model.PodID]string{}
+	for _, r := range all {
+		key := claimsKey(r.Pod, r.Claims, r.ID)
+		groups[key] = append(groups[key], r)
+		groupOf[r.ID] = key
+	}
 	sort.Slice(all, func(i, j int) bool {
-		a, b := c.snap.Pods[all[i]], c.snap.Pods[all[j]]
+		a, b := all[i], all[j]
 		if a.Gang != b.Gang {
 			return a.Gang < b.Gang
 		}
 		if a.CreatedAt != b.CreatedAt {
 			return a.CreatedAt < b.CreatedAt
 		}
-		return all[i] < all[j]
+		return a.ID < b.ID
 	})
-	slot := make(map[model.PodID]int, len(all))
-	nextInGroup, nextInGang, slots := map[string]int{}, map[model.GangID]int{}, map[string]int{}
-	for _, id := range all {
-		key, gang := groupOf[id], c.snap.Pods[id].Gang
-		n := max(nextInGroup[key], nextInGang[gang])
-		slot[id] = n
-		nextInGroup[key], nextInGang[gang] = n+1, n+1
+	slot = make(map[model.PodID]int, len(all))
+	slots = map[string]int{}
+	nextInGroup, nextInGang := map[string]int{}, map[model.GangID]int{}
+	for _, r := range all {
+		key := groupOf[r.ID]
+		n := max(nextInGroup[key], nextInGang[r.Gang])
+		slot[r.ID] = n
+		nextInGroup[key], nextInGang[r.Gang] = n+1, n+1
 		slots[key] = max(slots[key], n+1)
 	}
-	keys := make([]string, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	slices := make([]*resourceapi.ResourceSlice, 0, len(c.dra.slices))
+	return groups, slot, slots
+}
+
+// slicesAndNodes returns every slice (gpu.gantry.dev devices packed first) and the
+// nodes that have devices: all of them when a slice is not bound to a node.
+func (a *Allocator) slicesAndNodes(in Input) ([]*resourceapi.ResourceSlice, []*corev1.Node) {
+	slices := make([]*resourceapi.ResourceSlice, 0, len(a.slices))
 	onNode := map[string]bool{}
 	networked := false
-	for _, sl := range c.dra.slices {
+	for _, sl := range a.slices {
 		slices = append(slices, sl)
 		if sl.Spec.NodeName != nil {
 			onNode[*sl.Spec.NodeName] = true
@@ -380,73 +419,34 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 		}
 	}
 	var nodes []*corev1.Node
-	for name, n := range c.apiNodes {
+	for name, n := range in.Nodes {
 		if networked || onNode[name] {
 			nodes = append(nodes, n)
 		}
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	slices = c.packedFirst(slices)
-	base := c.allocatedState(stale, nil)
-	var ifPreempted *structured.AllocatedState
-	if evictable := c.evictableGPUs(); len(evictable) > 0 {
-		st := c.allocatedState(stale, evictable)
-		ifPreempted = &st
-	}
-	for _, key := range keys {
-		ids := groups[key]
-		sort.Slice(ids, func(i, j int) bool { return slot[ids[i]] < slot[ids[j]] })
-		levels, err := c.allocationLevels(ctx, base, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], slots[key])
-		// The choices a preemption search would start from: only where the GPUs
-		// now held by pods it could evict are what stands in the way.
-		var preemptLevels []allocationLevel
-		if err == nil && ifPreempted != nil {
-			preemptLevels, err = c.allocationLevels(ctx, *ifPreempted, slices, nodes, c.apiPods[ids[0]], c.podClaims[ids[0]], slots[key])
-		}
-		for _, id := range ids {
-			i := slot[id]
-			p := *c.snap.Pods[id]
-			p.DeviceChoices = map[string][]model.GPUBinding{}
-			p.PreemptionDeviceChoices = nil
-			if len(preemptLevels) > 0 {
-				p.PreemptionDeviceChoices = preemptLevels[i%len(preemptLevels)].gpus
-			}
-			switch {
-			case err != nil:
-				c.podErrors[id] = "ResourceClaims cannot be allocated: " + err.Error()
-				c.dra.failed[id] = true
-			case len(levels) > 0:
-				l := levels[i%len(levels)]
-				p.DeviceChoices = l.gpus
-				c.dra.choices[id] = l.results
-			default:
-				c.dra.choices[id] = nil
-			}
-			c.snap.Pods[id] = &p
-		}
-	}
-	return true
+	return packedFirst(in.Snap, slices), nodes
 }
 
 // packedFirst returns the slices with each node's gpu.gantry.dev devices ordered
 // as the core would fill them: GPUs already shared first, least free memory first,
 // idle GPUs last. The allocator takes the first device that fits, so a share packs
 // onto a GPU that is shared already and idle GPUs stay whole for whole-GPU work.
-// Slices are copied only where the order changes. Caller holds mu.
-func (c *Cache) packedFirst(slices []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+// Slices are copied only where the order changes.
+func packedFirst(snap *model.Snapshot, slices []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
 	out := make([]*resourceapi.ResourceSlice, len(slices))
 	for i, sl := range slices {
 		out[i] = sl
-		if sl.Spec.Driver != DriverName || sl.Spec.NodeName == nil {
+		if sl.Spec.Driver != names.DriverName || sl.Spec.NodeName == nil {
 			continue
 		}
-		n := c.snap.Node(*sl.Spec.NodeName)
+		n := snap.Node(*sl.Spec.NodeName)
 		if n == nil {
 			continue
 		}
 		// rank: idle GPUs after used ones, then by free memory.
 		rank := func(d *resourceapi.Device) (idle bool, free int64) {
-			index, err := deviceIndex(d.Name)
+			index, err := DeviceIndex(d.Name)
 			if err != nil {
 				return true, 1 << 62
 			}
@@ -484,7 +484,7 @@ func (c *Cache) packedFirst(slices []*resourceapi.ResourceSlice) []*resourceapi.
 
 // claimsKey groups pods whose claims the allocator would treat alike: the same
 // unallocated claim specs. A pod that shares an allocated claim is its own group.
-func claimsKey(api *corev1.Pod, pcs []podClaim, id model.PodID) string {
+func claimsKey(api *corev1.Pod, pcs []Claim, id model.PodID) string {
 	unallocated, shared := toAllocate(api, pcs)
 	if len(shared) > 0 {
 		return "pod " + string(id)
@@ -508,12 +508,12 @@ type allocationLevel struct {
 // allocationLevels asks the allocator about the claims of one pod on each node, up
 // to want times, each time with the devices of the answers before taken; it stops
 // when no node has room for another. The pod's claims stand for all pods alike.
-func (c *Cache) allocationLevels(ctx context.Context, base structured.AllocatedState, slices []*resourceapi.ResourceSlice, nodes []*corev1.Node, api *corev1.Pod, pcs []podClaim, want int) ([]allocationLevel, error) {
+func (a *Allocator) allocationLevels(ctx context.Context, in Input, base structured.AllocatedState, slices []*resourceapi.ResourceSlice, nodes []*corev1.Node, api *corev1.Pod, pcs []Claim, want int) ([]allocationLevel, error) {
 	unallocated, shared := toAllocate(api, pcs)
 	candidates := nodes
 	if len(unallocated) == 0 {
 		candidates = nil
-		for _, n := range c.apiNodes {
+		for _, n := range in.Nodes {
 			candidates = append(candidates, n)
 		}
 	}
@@ -527,7 +527,7 @@ func (c *Cache) allocationLevels(ctx context.Context, base structured.AllocatedS
 	state := base
 	var levels []allocationLevel
 	for len(levels) < want && len(candidates) > 0 {
-		allocator, err := structured.NewAllocator(ctx, draFeatures, state, classLister(c.dra.classes), slices, c.dra.celCache)
+		allocator, err := structured.NewAllocator(ctx, draFeatures, state, classLister(a.classes), slices, a.celCache)
 		if err != nil {
 			return nil, err
 		}
@@ -544,7 +544,7 @@ func (c *Cache) allocationLevels(ctx context.Context, base structured.AllocatedS
 					continue
 				}
 			}
-			gpus, err := c.gpusOfAllocation(n.Name, results)
+			gpus, err := gpusOfAllocation(in.Snap, n.Name, results)
 			if err != nil {
 				continue
 			}
@@ -598,7 +598,7 @@ func withResults(st structured.AllocatedState, results map[string][]resourceapi.
 // with gantry set (otherwise the core's bookings stand for them).
 func addResults(st *structured.AllocatedState, a *resourceapi.AllocationResult, gantry bool) {
 	for _, r := range a.Devices.Results {
-		if r.Driver == DriverName && !gantry {
+		if r.Driver == names.DriverName && !gantry {
 			continue
 		}
 		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
@@ -618,15 +618,15 @@ func addResults(st *structured.AllocatedState, a *resourceapi.AllocationResult, 
 
 // gpusOfAllocation turns the gpu.gantry.dev devices of allocation results on a node
 // into the GPUs the core books: a whole GPU, or a share of the memory consumed.
-func (c *Cache) gpusOfAllocation(node string, results []resourceapi.AllocationResult) ([]model.GPUBinding, error) {
+func gpusOfAllocation(snap *model.Snapshot, node string, results []resourceapi.AllocationResult) ([]model.GPUBinding, error) {
 	var out []model.GPUBinding
-	n := c.snap.Node(node)
-	for _, a := range results {
-		for _, r := range a.Devices.Results {
-			if r.Driver != DriverName {
+	n := snap.Node(node)
+	for _, res := range results {
+		for _, r := range res.Devices.Results {
+			if r.Driver != names.DriverName {
 				continue
 			}
-			index, err := deviceIndex(r.Device)
+			index, err := DeviceIndex(r.Device)
 			var g *model.GPU
 			if err == nil && n != nil {
 				g = n.GPUByIndex(index)
@@ -634,7 +634,7 @@ func (c *Cache) gpusOfAllocation(node string, results []resourceapi.AllocationRe
 			if g == nil || r.Pool != node {
 				return nil, fmt.Errorf("device %s/%s is not a GPU of node %s", r.Pool, r.Device, node)
 			}
-			b, _ := gpuOfResult(r, node, g.MemoryBytes)
+			b, _ := GPUOfResult(r, node, g.MemoryBytes)
 			out = append(out, b)
 		}
 	}
@@ -642,7 +642,7 @@ func (c *Cache) gpusOfAllocation(node string, results []resourceapi.AllocationRe
 }
 
 // deviceIndex reads the GPU index from a device name DeviceName made.
-func deviceIndex(name string) (int, error) {
+func DeviceIndex(name string) (int, error) {
 	s, ok := strings.CutPrefix(name, "gpu-")
 	if !ok {
 		return 0, fmt.Errorf("not a GPU device: %s", name)
@@ -650,31 +650,31 @@ func deviceIndex(name string) (int, error) {
 	return strconv.Atoi(s)
 }
 
-// takeAllocations returns, for a pod the cycle placed on node, whether the
+// Take returns, for a pod the cycle placed on node, whether the
 // structured allocator chose its devices and, if so, the allocation of its
 // unallocated claims there. ok is false when another pod of the same plan already
 // took one of the other drivers' devices in them (the core books only GPUs, so it
-// cannot see that clash). Caller holds mu.
-func (c *Cache) takeAllocations(id model.PodID, node string, taken sets.Set[structured.DeviceID]) (allocs []resourceapi.AllocationResult, viaAllocator, ok bool) {
-	perNode, viaAllocator := c.dra.choices[id]
+// cannot see that clash).
+func (a *Allocator) Take(id model.PodID, node string, taken sets.Set[structured.DeviceID]) (allocs []resourceapi.AllocationResult, viaAllocator, ok bool) {
+	perNode, viaAllocator := a.choices[id]
 	if !viaAllocator {
 		return nil, false, true
 	}
-	// Pods alike share their answers (chooseDevices): each gets its own copy, with
-	// share ids of its own.
-	for _, a := range perNode[node] {
-		a := *a.DeepCopy()
-		for i := range a.Devices.Results {
-			if a.Devices.Results[i].ShareID != nil {
-				a.Devices.Results[i].ShareID = ptr.To(types.UID(uuid.NewString()))
+	// Pods alike share their answers (Choose): each gets its own copy, with share
+	// ids of its own.
+	for _, res := range perNode[node] {
+		res := *res.DeepCopy()
+		for i := range res.Devices.Results {
+			if res.Devices.Results[i].ShareID != nil {
+				res.Devices.Results[i].ShareID = ptr.To(types.UID(uuid.NewString()))
 			}
 		}
-		allocs = append(allocs, a)
+		allocs = append(allocs, res)
 	}
 	var ids []structured.DeviceID
-	for _, a := range allocs {
-		for _, r := range a.Devices.Results {
-			if r.Driver == DriverName || r.ShareID != nil {
+	for _, res := range allocs {
+		for _, r := range res.Devices.Results {
+			if r.Driver == names.DriverName || r.ShareID != nil {
 				continue
 			}
 			did := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
@@ -688,32 +688,32 @@ func (c *Cache) takeAllocations(id model.PodID, node string, taken sets.Set[stru
 	return allocs, true, true
 }
 
-// markInflight records allocations about to be written, so the next cycle's
-// allocator counts them before the informer shows them. Caller holds mu.
-func (c *Cache) markInflight(api *corev1.Pod, pcs []podClaim, allocs []resourceapi.AllocationResult) {
+// MarkInflight records allocations about to be written, so the next cycle's
+// allocator counts them before the informer shows them.
+func (a *Allocator) MarkInflight(api *corev1.Pod, pcs []Claim, allocs []resourceapi.AllocationResult) {
 	if api == nil {
 		return
 	}
 	unallocated, _ := toAllocate(api, pcs)
 	for i, cl := range unallocated {
 		if i < len(allocs) {
-			c.dra.inflight[cl.Namespace+"/"+cl.Name] = allocs[i]
+			a.inflight[cl.Namespace+"/"+cl.Name] = allocs[i]
 		}
 	}
 }
 
-// dropInflight forgets the in-flight allocations of a pod whose binding failed.
-// Caller holds mu.
-func (c *Cache) dropInflight(id model.PodID) {
-	for _, pc := range c.podClaims[id] {
-		delete(c.dra.inflight, pc.Claim.Namespace+"/"+pc.Name)
+// DropInflight forgets the in-flight allocations of a pod's claims (its binding
+// failed, or it went away).
+func (a *Allocator) DropInflight(pcs []Claim) {
+	for _, pc := range pcs {
+		delete(a.inflight, pc.Claim.Namespace+"/"+pc.Name)
 	}
 }
 
-// writeAllocations writes the structured allocator's results into the pod's
+// Write writes the structured allocator's results into the pod's
 // unallocated claims (redoing a stale allocation of the pod's own) and reserves
 // every claim, shared ones included, for the pod. It runs before the Binding.
-func writeAllocations(ctx context.Context, client kubernetes.Interface, pod *model.Pod, pcs []podClaim, allocs []resourceapi.AllocationResult) error {
+func Write(ctx context.Context, client kubernetes.Interface, pod *model.Pod, pcs []Claim, allocs []resourceapi.AllocationResult) error {
 	uid := types.UID(pod.UID)
 	next := 0
 	for _, pc := range pcs {

@@ -1,8 +1,8 @@
-package kube
+package dispatch
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -16,7 +16,9 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // evictor evicts preemption victims through the Eviction API, so that
@@ -41,10 +43,49 @@ func newEvictor(client kubernetes.Interface, recorder record.EventRecorder, qps 
 	}
 }
 
+// evictFor evicts one preemptor's victims, all of them or none: it first waits for
+// the rate limiter to allow every one of them, then asks needed whether the
+// preemptor still needs them (it may have been bound elsewhere, or deleted, while
+// the evictions waited their turn), and only then issues them all. It returns the
+// victims evicted, and those not evicted (cancelled, or refused by the API server,
+// a PodDisruptionBudget say) with the error.
+func (e *evictor) evictFor(ctx context.Context, victims []cache.Victim, needed func() bool) (evicted, kept []cache.Victim, err error) {
+	for range victims {
+		if err := e.limiter.Wait(ctx); err != nil {
+			return nil, victims, err
+		}
+	}
+	if !needed() {
+		return nil, victims, errNotNeeded
+	}
+	errs := make([]error, len(victims))
+	var wg sync.WaitGroup
+	for i := range victims {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = e.evict(ctx, victims[i])
+		}(i)
+	}
+	wg.Wait()
+	for i, v := range victims {
+		if errs[i] != nil {
+			kept = append(kept, v)
+		} else {
+			evicted = append(evicted, v)
+		}
+	}
+	return evicted, kept, errors.Join(errs...)
+}
+
+// errNotNeeded: the preemptor no longer needs its victims.
+var errNotNeeded = errors.New("the preemptor no longer needs its victims")
+
 // evict marks the victim with a DisruptionTarget condition and an Event that name the
-// preemptor and the reason, then asks the API server to evict it. A PDB refusal
-// (429) is returned so the caller can retry in a later cycle.
-func (e *evictor) evict(ctx context.Context, victim *model.Pod, preemptor model.GangID, kind, reason string) error {
+// preemptor and the reason, then asks the API server to evict it. A refusal (a
+// PodDisruptionBudget's 429) is returned so that a later cycle may choose again.
+func (e *evictor) evict(ctx context.Context, v cache.Victim) error {
+	victim := v.Pod
 	e.mu.Lock()
 	if e.inFlight[victim.ID] {
 		e.mu.Unlock()
@@ -57,15 +98,13 @@ func (e *evictor) evict(ctx context.Context, victim *model.Pod, preemptor model.
 		delete(e.inFlight, victim.ID)
 		e.mu.Unlock()
 	}()
-	e.limiter.Accept()
-
 	ns, name := splitID(victim.ID)
 	// The reason names the preemptor, the victim's gang and what is freed.
-	message := reason
+	message := v.Reason
 	cond := corev1.PodCondition{
 		Type:               corev1.DisruptionTarget,
 		Status:             corev1.ConditionTrue,
-		Reason:             "PreemptionByScheduler",
+		Reason:             names.ReasonPreemptionByScheduler,
 		Message:            message,
 		LastTransitionTime: metav1.Now(),
 	}
@@ -73,7 +112,7 @@ func (e *evictor) evict(ctx context.Context, victim *model.Pod, preemptor model.
 		klog.ErrorS(err, "Mark preemption victim", "pod", victim.ID)
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name, UID: types.UID(victim.UID), APIVersion: "v1"}
-	e.recorder.Event(ref, corev1.EventTypeNormal, "Preempted", message)
+	e.recorder.Event(ref, corev1.EventTypeNormal, names.EventPreempted, message)
 
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	if victim.UID != "" {
@@ -85,32 +124,6 @@ func (e *evictor) evict(ctx context.Context, victim *model.Pod, preemptor model.
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return nil
 	default:
-		return fmt.Errorf("evict %s for %s: %w", victim.ID, preemptor, err)
+		return fmt.Errorf("evict %s for %s: %w", victim.ID, v.Preemptor, err)
 	}
 }
-
-// patchPodCondition sets one condition on a pod's status (strategic merge by type).
-func patchPodCondition(ctx context.Context, client kubernetes.Interface, ns, name string, cond corev1.PodCondition) error {
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
-	if err != nil {
-		return err
-	}
-	_, err = client.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	return err
-}
-
-// patchNominatedNode sets status.nominatedNodeName ("" clears it).
-func patchNominatedNode(ctx context.Context, client kubernetes.Interface, ns, name, node string) error {
-	var v any = node
-	if node == "" {
-		v = nil
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"nominatedNodeName": v}})
-	if err != nil {
-		return err
-	}
-	_, err = client.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	return err
-}
-
-func typesUID(uid string) types.UID { return types.UID(uid) }

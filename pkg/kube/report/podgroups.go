@@ -1,17 +1,17 @@
-package kube
+package report
 
 import (
 	"context"
 	"encoding/json"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
@@ -19,10 +19,10 @@ import (
 // condition, whose message is the reason the scheduler gave for leaving the gang
 // pending. Only changes are written.
 func (r *StatusReporter) reportPodGroups(ctx context.Context) {
-	if r.lookup == nil || r.pending == nil {
+	if r.podGroups == nil || r.pending == nil {
 		return
 	}
-	for key, pg := range r.lookup.PodGroups() {
+	for key, pg := range r.podGroups() {
 		ns, name, _ := strings.Cut(key, "/")
 		id := model.GangID("podgroup:" + key)
 		st := r.podGroupStatus(id, pg)
@@ -32,26 +32,9 @@ func (r *StatusReporter) reportPodGroups(ctx context.Context) {
 
 func (r *StatusReporter) podGroupStatus(id model.GangID, pg *schedulingv1alpha1.PodGroup) schedulingv1alpha1.PodGroupStatus {
 	st := schedulingv1alpha1.PodGroupStatus{ObservedGeneration: pg.Generation}
-	r.cache.mu.Lock()
-	for pid := range r.cache.gangPods[id] {
-		p := r.cache.apiPods[pid]
-		if p == nil {
-			continue
-		}
-		switch {
-		case p.Status.Phase == corev1.PodSucceeded:
-			st.Succeeded++
-		case p.Status.Phase == corev1.PodFailed:
-			st.Failed++
-		case p.Spec.NodeName != "":
-			st.Running++
-		default:
-			st.Pending++
-		}
-	}
-	r.cache.mu.Unlock()
+	st.Pending, st.Running, st.Succeeded, st.Failed = countsAsInt32(r.cache.MemberCounts(id))
 	minimum := pg.Spec.MinMember
-	cond := metav1.Condition{Type: schedulingv1alpha1.PodGroupConditionScheduled, ObservedGeneration: pg.Generation}
+	cond := metav1.Condition{Type: names.ConditionPodGroupScheduled, ObservedGeneration: pg.Generation}
 	switch {
 	case st.Running+st.Succeeded >= minimum && st.Running > 0:
 		st.Phase = schedulingv1alpha1.PodGroupRunning
@@ -77,10 +60,9 @@ func podGroupReason(pd scheduler.Pending) string {
 		return schedulingv1alpha1.PodGroupReasonWaitingForPods
 	case scheduler.PendingQueueLimit:
 		return schedulingv1alpha1.PodGroupReasonOverQueueLimit
-	case scheduler.PendingQueueInvalid:
-		if strings.Contains(pd.Reason, "child") || strings.Contains(pd.Reason, "leaf") {
-			return schedulingv1alpha1.PodGroupReasonQueueNotLeaf
-		}
+	case scheduler.PendingQueueNotLeaf:
+		return schedulingv1alpha1.PodGroupReasonQueueNotLeaf
+	case scheduler.PendingQueueNotFound:
 		return schedulingv1alpha1.PodGroupReasonQueueNotFound
 	default:
 		return schedulingv1alpha1.PodGroupReasonUnschedulable
@@ -100,9 +82,13 @@ func (r *StatusReporter) writePodGroup(ctx context.Context, ns, name string, st 
 	if err != nil {
 		return
 	}
-	if _, err := r.dyn.Resource(podGroupGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := r.dyn.Resource(names.PodGroupGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.V(2).InfoS("Write PodGroup status", "podgroup", ns+"/"+name, "err", err)
 		return
 	}
 	r.last[cacheKey] = string(key)
+}
+
+func countsAsInt32(pending, running, succeeded, failed int) (int32, int32, int32, int32) {
+	return int32(pending), int32(running), int32(succeeded), int32(failed)
 }

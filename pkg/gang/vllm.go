@@ -1,4 +1,4 @@
-package kube
+package gang
 
 import (
 	"sigs.k8s.io/yaml"

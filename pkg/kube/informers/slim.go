@@ -1,4 +1,4 @@
-package kube
+package informers
 
 import (
 	corev1 "k8s.io/api/core/v1"

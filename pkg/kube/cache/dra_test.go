@@ -1,4 +1,4 @@
-package kube
+package cache
 
 import (
 	"context"
@@ -13,7 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/gantry-dev/gantry/pkg/gang"
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 const testScheduler = "gantry-scheduler"
@@ -22,14 +25,13 @@ const testScheduler = "gantry-scheduler"
 // as gpu.gantry.dev ResourceSlices, and the DeviceClass.
 func draCluster(t testing.TB, nodes, gpus int, product func(node int) string) *Cache {
 	t.Helper()
-	c := NewCache([]string{testScheduler}, NewObjectLookup())
+	c := New([]string{testScheduler}, &gang.StaticLookup{}, "")
 	c.UpsertDeviceClass(&resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: DriverName},
+		ObjectMeta: metav1.ObjectMeta{Name: names.DriverName},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
 			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gantry.dev"`},
 		}}},
 	})
-	s := &sliceIndex{byNode: map[string]map[string]*resourceapi.ResourceSlice{}}
 	for i := 0; i < nodes; i++ {
 		name := fmt.Sprintf("node-%04d", i)
 		capacity := corev1.ResourceList{
@@ -40,7 +42,7 @@ func draCluster(t testing.TB, nodes, gpus int, product func(node int) string) *C
 		for g := 0; g < gpus; g++ {
 			total := resource.NewQuantity(80<<30, resource.BinarySI)
 			devices = append(devices, resourceapi.Device{
-				Name: DeviceName(g),
+				Name: dra.DeviceName(g),
 				Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 					"index":       {IntValue: ptr.To(int64(g))},
 					"uuid":        {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", name, g))},
@@ -52,10 +54,10 @@ func draCluster(t testing.TB, nodes, gpus int, product func(node int) string) *C
 				AllowMultipleAllocations: ptr.To(true),
 			})
 		}
-		s.upsert(c, &resourceapi.ResourceSlice{
+		c.UpsertSlice(&resourceapi.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu"},
 			Spec: resourceapi.ResourceSliceSpec{
-				Driver: DriverName, NodeName: ptr.To(name), Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: devices,
+				Driver: names.DriverName, NodeName: ptr.To(name), Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}, Devices: devices,
 			},
 		})
 	}
@@ -86,7 +88,7 @@ func addGangClaimPod(c *Cache, name string, annotations map[string]string, reque
 
 func selectorRequest(expr string) resourceapi.DeviceRequest {
 	return resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: DriverName,
+		DeviceClassName: names.DriverName,
 		AllocationMode:  resourceapi.DeviceAllocationModeExactCount, Count: 1, // as the API server defaults them
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}},
 	}}
@@ -166,7 +168,7 @@ func TestSharedClaimIsBookedOnce(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared"},
 		Status: resourceapi.ResourceClaimStatus{
 			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-				Request: "gpu", Driver: DriverName, Pool: "node-0000", Device: DeviceName(0), ShareID: &share,
+				Request: "gpu", Driver: names.DriverName, Pool: "node-0000", Device: dra.DeviceName(0), ShareID: &share,
 				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")},
 			}}}},
 			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p1", UID: "uid-p1"}, {Resource: "pods", Name: "p2", UID: "uid-p2"}},
@@ -208,7 +210,7 @@ func TestChooseDevicesPacksShares(t *testing.T) {
 	c := draCluster(t, 1, 2, func(int) string { return "NVIDIA H100 80GB HBM3" })
 	c.UpsertPod(&corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "half", UID: "uid-half",
-			Annotations: map[string]string{AnnotationGPUs: FormatGPUs([]model.GPUBinding{{Index: 1, MemoryBytes: 40 << 30}})}},
+			Annotations: map[string]string{names.AnnotationGPUs: FormatGPUs([]model.GPUBinding{{Index: 1, MemoryBytes: 40 << 30}})}},
 		Spec:   corev1.PodSpec{SchedulerName: testScheduler, NodeName: "node-0000", Containers: []corev1.Container{{Name: "c"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	})

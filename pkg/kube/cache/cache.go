@@ -1,4 +1,4 @@
-package kube
+package cache
 
 import (
 	"errors"
@@ -9,8 +9,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gantry-dev/gantry/pkg/gang"
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
-	"github.com/gantry-dev/gantry/pkg/placement"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // Cache keeps the scheduler's snapshot current from informer events, one object at a
@@ -26,8 +27,11 @@ type Cache struct {
 	lookup gang.Lookup
 	snap   *model.Snapshot
 
-	apiNodes   map[string]*corev1.Node
-	inventory  map[string][]model.GPU
+	apiNodes  map[string]*corev1.Node
+	inventory map[string][]model.GPU
+	// slices are the gpu.gantry.dev ResourceSlices of each node, by name: its
+	// inventory.
+	slices     map[string]map[string]*resourceapi.ResourceSlice
 	podsOnNode map[string]map[model.PodID]struct{}
 	apiPods    map[model.PodID]*corev1.Pod
 	// assumed are pods bound by this scheduler that the informer has not shown bound yet.
@@ -42,15 +46,21 @@ type Cache struct {
 	// changed is signalled (without blocking) when something a cycle reads changes.
 	changed chan struct{}
 	// live is the last GPUNode report per node: GPU UUID to live free bytes and health.
-	live map[string]map[string]liveGPU
+	live map[string]map[string]LiveGPU
 	// claims are ResourceClaims by "namespace/name"; claimUsers indexes the pods that
 	// reference each, so a claim event re-reads them; podClaims are each pod's
 	// resolved claims, for allocation at binding.
 	claims     map[string]*resourceapi.ResourceClaim
 	claimUsers map[string]map[model.PodID]struct{}
-	podClaims  map[model.PodID][]podClaim
-	// dra is what the structured allocator reads (dra_structured.go).
-	dra draState
+	podClaims  map[model.PodID][]dra.Claim
+	// alloc is the structured allocator; structured are the pending pods whose
+	// claims need it, and draFailed those whose podErrors entry it wrote (cleared and
+	// written again each cycle).
+	alloc      *dra.Allocator
+	structured map[model.PodID]struct{}
+	draFailed  map[model.PodID]bool
+	// cycle is what the cycles decided that the API has not shown yet (cycle.go).
+	cycle cycleState
 	// capacityVersion counts changes that could let a waiting gang fit (capacity
 	// freed or added, queues or priorities changed); gangVersion counts changes to
 	// each gang. A gang that failed at the same pair of versions cannot fit now.
@@ -63,19 +73,22 @@ type priorityClass struct {
 	preemptible *bool
 }
 
-type liveGPU struct {
-	freeBytes int64
-	healthy   bool
+// LiveGPU is the node agent's live measurement of one GPU (GPUNode status).
+type LiveGPU struct {
+	FreeBytes int64
+	Healthy   bool
 }
 
-// NewCache returns an empty cache serving pods whose schedulerName is in names.
-func NewCache(names []string, lookup gang.Lookup) *Cache {
+// New returns an empty cache serving pods whose schedulerName is in schedulers,
+// charging pods with no queue to defaultQueue.
+func New(schedulers []string, lookup gang.Lookup, defaultQueue string) *Cache {
 	c := &Cache{
 		names:       map[string]bool{},
 		lookup:      lookup,
 		snap:        newIndexedSnapshot(),
 		apiNodes:    map[string]*corev1.Node{},
 		inventory:   map[string][]model.GPU{},
+		slices:      map[string]map[string]*resourceapi.ResourceSlice{},
 		podsOnNode:  map[string]map[model.PodID]struct{}{},
 		apiPods:     map[model.PodID]*corev1.Pod{},
 		assumed:     map[model.PodID]bool{},
@@ -84,16 +97,20 @@ func NewCache(names []string, lookup gang.Lookup) *Cache {
 		gangPods:    map[model.GangID]map[model.PodID]struct{}{},
 		priorities:  map[string]priorityClass{},
 		changed:     make(chan struct{}, 1),
-		live:        map[string]map[string]liveGPU{},
+		live:        map[string]map[string]LiveGPU{},
 		claims:      map[string]*resourceapi.ResourceClaim{},
 		claimUsers:  map[string]map[model.PodID]struct{}{},
-		podClaims:   map[model.PodID][]podClaim{},
-		dra:         newDRAState(),
+		podClaims:   map[model.PodID][]dra.Claim{},
+		alloc:       dra.NewAllocator(),
+		structured:  map[model.PodID]struct{}{},
+		draFailed:   map[model.PodID]bool{},
 		gangVersion: map[model.GangID]uint64{},
+		cycle:       newCycleState(),
 	}
-	for _, n := range names {
+	for _, n := range schedulers {
 		c.names[n] = true
 	}
+	c.snap.DefaultQueue = defaultQueue
 	return c
 }
 
@@ -159,22 +176,19 @@ func (c *Cache) DeleteNode(name string) {
 	c.freed()
 }
 
-// SetInventory replaces a node's per-device GPU inventory (from ResourceSlices); nil
-// falls back to the nvidia.com/gpu count.
-func (c *Cache) SetInventory(node string, gpus []model.GPU) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// setInventory replaces a node's per-device GPU inventory (from ResourceSlices); nil
+// falls back to the nvidia.com/gpu count. Caller holds mu.
+func (c *Cache) setInventory(node string, gpus []model.GPU) {
 	if gpus == nil {
 		delete(c.inventory, node)
 	} else {
 		c.inventory[node] = gpus
 	}
 	c.rebuildNode(node)
-	c.freed()
 }
 
 // SetLive records the node agent's live measurements for a node's GPUs, by UUID.
-func (c *Cache) SetLive(node string, live map[string]liveGPU) {
+func (c *Cache) SetLive(node string, live map[string]LiveGPU) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if live == nil {
@@ -198,8 +212,8 @@ func (c *Cache) rebuildNode(name string) {
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
 			if l, ok := live[g.UUID]; ok {
-				g.LiveFreeBytes = l.freeBytes
-				g.Healthy = g.Healthy && l.healthy
+				g.LiveFreeBytes = l.FreeBytes
+				g.Healthy = g.Healthy && l.Healthy
 			}
 		}
 	}
@@ -271,41 +285,25 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		c.freed()
 		return
 	}
-	p, demandErr := c.podFromAPI(pod, id, ours)
+	claims, claimErr := c.claimInput(pod, id, ours)
+	reqs := podRequests(pod)
+	demand, demandErr := podDemand(pod, reqs, claims)
+	p := c.podFromAPI(pod, id, ours, reqs, demand)
+	if len(claims.held) > 0 {
+		p.GPUs = claims.held
+	}
+	if claims.viaAllocator {
+		// The structured allocator chooses the devices each cycle; until it has,
+		// no node qualifies.
+		p.DeviceChoices = map[string][]model.GPUBinding{}
+	}
 	if demandErr == nil && pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 {
 		// The API server refuses to bind a gated pod; a gang with a gated member
 		// waits whole rather than binding the others and rolling them back.
 		demandErr = schedulingGated(pod)
 	}
-	c.indexClaims(pod, id)
-	if pod.Spec.NodeName != "" && len(pod.Spec.ResourceClaims) > 0 {
-		// The GPUs its allocated claims hold are taken, whoever bound the pod (for
-		// pods bound by another scheduler the claims are all there is), and a claim
-		// it shares is booked on its holder only.
-		if gpus := c.claimedGPUs(pod); len(gpus) > 0 {
-			p.GPUs = mergeGPUs(p.GPUs, gpus)
-			if p.GPU.Count == 0 {
-				p.GPU = model.GPUDemand{Count: len(p.GPUs), ByDevice: true}
-			}
-		}
-	}
-	delete(c.dra.structured, id)
-	if ours && pod.Spec.NodeName == "" && len(pod.Spec.ResourceClaims) > 0 && demandErr == nil {
-		pcs, waiting := claimsOf(pod, c.claims)
-		switch {
-		case waiting != "":
-			demandErr = errors.New(waiting)
-		case needsAllocator(pod, pcs):
-			// The structured allocator chooses the devices each cycle; until it has,
-			// no node qualifies.
-			p.GPU = structuredDemand(pod, pcs, p.GPU)
-			p.DeviceChoices = map[string][]model.GPUBinding{}
-			c.podClaims[id] = pcs
-			c.dra.structured[id] = struct{}{}
-		default:
-			p.GPU = claimDemand(pcs, p.GPU)
-			c.podClaims[id] = pcs
-		}
+	if demandErr == nil {
+		demandErr = claimErr
 	}
 	if old := c.snap.Pods[id]; old != nil {
 		if old.Terminating && old.UID == p.UID {
@@ -332,6 +330,14 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 	}
 	if pod.Spec.NodeName != "" {
 		delete(c.assumed, id)
+	}
+	if node, ok := c.cycle.nominated[id]; ok {
+		switch {
+		case p.Bound() || pod.Status.NominatedNodeName == node:
+			delete(c.cycle.nominated, id) // bound, or the informer shows it now
+		default:
+			p.NominatedNode = node // the informer lags our own nomination
+		}
 	}
 	if demandErr != nil {
 		c.podErrors[id] = demandErr.Error()
@@ -372,9 +378,10 @@ func (c *Cache) removePod(id model.PodID) {
 	}
 	delete(c.assumed, id)
 	delete(c.podErrors, id)
-	c.dropInflight(id)
+	c.alloc.DropInflight(c.podClaims[id])
 	delete(c.podClaims, id)
-	delete(c.dra.structured, id)
+	delete(c.structured, id)
+	c.cycle.forgetPod(id)
 	unindex := func(key string) {
 		if users := c.claimUsers[key]; users != nil {
 			delete(users, id)
@@ -455,31 +462,6 @@ func (c *Cache) unbook(p *model.Pod) {
 	c.snap.AddNode(n)
 }
 
-// Assume books a placement made by this scheduler before the API confirms it.
-func (c *Cache) Assume(id model.PodID, pl placement.Placement, now int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.assumeLocked(id, pl, now)
-}
-
-// Forget undoes Assume for a pod whose binding failed.
-func (c *Cache) Forget(id model.PodID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.snap.Pods[id]
-	if p == nil || !c.assumed[id] {
-		return
-	}
-	c.unbook(p)
-	c.dropInflight(id)
-	q := *p
-	q.Node, q.GPUs, q.StartedAt = "", nil, 0
-	c.snap.Pods[id] = &q
-	delete(c.assumed, id)
-	c.refreshPending(q.Gang)
-	c.freed()
-}
-
 // --- priority classes ---
 
 // UpsertPriorityClass records a PriorityClass's value and preemptibility.
@@ -511,7 +493,7 @@ func (c *Cache) indexClaims(pod *corev1.Pod, id model.PodID) {
 func claimKeys(pod *corev1.Pod) []string {
 	var keys []string
 	for _, pc := range pod.Spec.ResourceClaims {
-		if name := ClaimName(pod, pc); name != "" {
+		if name := dra.ClaimName(pod, pc); name != "" {
 			keys = append(keys, pod.Namespace+"/"+name)
 		}
 	}
@@ -552,7 +534,7 @@ func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
 		c.claims[key] = claim
 	}
 	if claim == nil || claim.Status.Allocation != nil {
-		delete(c.dra.inflight, key)
+		c.alloc.ClaimSeen(key)
 	}
 	if old != nil && old.Status.Allocation != nil && (claim == nil || claim.Status.Allocation == nil) {
 		c.freed() // devices given back
@@ -572,11 +554,37 @@ func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
 	}
 }
 
-// claimsFor returns the pod's resolved claims, for allocation at binding.
-func (c *Cache) claimsFor(id model.PodID) []podClaim {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.podClaims[id]
+// claimInput resolves a pod's claims and indexes them: for a pending pod of this
+// scheduler, its claims (kept for allocation at binding; the structured allocator's
+// pods are marked); for a bound pod, the gpu.gantry.dev devices its allocated claims
+// hold, with the GPUs the Binding recorded. The error says which claim does not exist
+// yet. Caller holds mu.
+func (c *Cache) claimInput(pod *corev1.Pod, id model.PodID, ours bool) (claimInput, error) {
+	c.indexClaims(pod, id)
+	delete(c.structured, id)
+	var in claimInput
+	switch {
+	case len(pod.Spec.ResourceClaims) == 0:
+	case pod.Spec.NodeName != "":
+		// The GPUs its allocated claims hold are taken, whoever bound the pod (for
+		// pods bound by another scheduler the claims are all there is), and a claim
+		// it shares is booked on its holder only.
+		if held := c.claimedGPUs(pod); len(held) > 0 {
+			in.held = mergeGPUs(ParseGPUs(pod.Annotations[names.AnnotationGPUs]), held)
+		}
+	case ours:
+		pcs, waiting := dra.Resolve(pod, c.claims)
+		if waiting != "" {
+			return in, errors.New(waiting)
+		}
+		in.pending = pcs
+		c.podClaims[id] = pcs
+		if dra.NeedsAllocator(pod, pcs) {
+			in.viaAllocator = true
+			c.structured[id] = struct{}{}
+		}
+	}
+	return in, nil
 }
 
 // SetQueues replaces the queue tree.
@@ -585,4 +593,34 @@ func (c *Cache) SetQueues(queues map[string]*model.Queue) {
 	defer c.mu.Unlock()
 	c.snap.Queues = queues
 	c.freed()
+}
+
+// View runs f on the snapshot under the cache's lock, for readers that compute from
+// all of it (queue shares). f must not keep the snapshot nor change it.
+func (c *Cache) View(f func(*model.Snapshot)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f(c.snap)
+}
+
+// MemberCounts counts a gang's pods by phase as the API shows them: bound pods that
+// have not finished are running.
+func (c *Cache) MemberCounts(id model.GangID) (pending, running, succeeded, failed int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid := range c.gangPods[id] {
+		p := c.apiPods[pid]
+		switch {
+		case p == nil:
+		case p.Status.Phase == corev1.PodSucceeded:
+			succeeded++
+		case p.Status.Phase == corev1.PodFailed:
+			failed++
+		case p.Spec.NodeName != "":
+			running++
+		default:
+			pending++
+		}
+	}
+	return pending, running, succeeded, failed
 }

@@ -1,12 +1,13 @@
-package kube
+// Package metrics registers the scheduler's gantry_scheduler_* and gantry_queue_*
+// series and records into them. Callers pass plain counts, durations and names: it
+// must not import the cache, the dispatcher or the core, so that it cannot reach into
+// their state. A nil *Metrics records nothing.
+package metrics
 
 import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/gantry-dev/gantry/pkg/model"
-	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
 // Metrics are the scheduler's gantry_scheduler_* series.
@@ -27,8 +28,9 @@ type Metrics struct {
 	queueQuota         *prometheus.GaugeVec
 }
 
-// NewMetrics registers the scheduler's metrics with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// New registers the scheduler's metrics with reg. pendingKinds are the kinds of
+// reasons a gang waits, whose series exist from the start.
+func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 	latency := prometheus.ExponentialBuckets(0.0005, 2, 16)
 	m := &Metrics{
 		cycleSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -66,9 +68,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.preemptions.WithLabelValues(kind)
 		m.preemptedGPUMemory.WithLabelValues(kind)
 	}
-	for _, k := range []scheduler.PendingKind{scheduler.PendingIncomplete, scheduler.PendingQueueInvalid, scheduler.PendingQueueLimit,
-		scheduler.PendingQueueQuota, scheduler.PendingNoFit, scheduler.PendingWaitingForVictim} {
-		m.pendingByReason.WithLabelValues(string(k))
+	for _, k := range pendingKinds {
+		m.pendingByReason.WithLabelValues(k)
 	}
 	reg.MustRegister(m.cycleSeconds, m.draSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
 		m.bindFailures, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
@@ -76,21 +77,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observeDRA(d time.Duration) {
+// ObserveDRA records the time a cycle spent in the structured allocator.
+func (m *Metrics) ObserveDRA(d time.Duration) {
 	if m == nil {
 		return
 	}
 	m.draSeconds.Observe(d.Seconds())
 }
 
-func (m *Metrics) observeCycle(d time.Duration, _ *scheduler.Plan) {
+// ObserveCycle records one cycle's time.
+func (m *Metrics) ObserveCycle(d time.Duration) {
 	if m == nil {
 		return
 	}
 	m.cycleSeconds.Observe(d.Seconds())
 }
 
-func (m *Metrics) observeBinds(_ model.GangID, bound, failed int, d time.Duration, reqs []bindRequest) {
+// ObserveBinds records one gang's binding: how many pods were bound and failed, the
+// time it took, and when each pod was created (Unix seconds, 0 when unknown).
+func (m *Metrics) ObserveBinds(bound, failed int, d time.Duration, createdAt []int64) {
 	if m == nil {
 		return
 	}
@@ -101,28 +106,38 @@ func (m *Metrics) observeBinds(_ model.GangID, bound, failed int, d time.Duratio
 		m.gangBindSeconds.Observe(d.Seconds())
 	}
 	now := time.Now().Unix()
-	for _, r := range reqs {
-		if r.pod.CreatedAt > 0 {
-			m.podBindSeconds.Observe(float64(now - r.pod.CreatedAt))
+	for _, t := range createdAt {
+		if t > 0 {
+			m.podBindSeconds.Observe(float64(now - t))
 		}
 	}
 }
 
-func (m *Metrics) observeEviction(ev scheduler.Eviction, victim *model.Pod) {
+// ObserveEviction records one victim evicted, by kind ("preempt" or "reclaim"), and
+// the GPU memory it freed.
+func (m *Metrics) ObserveEviction(kind string, gpuMemoryBytes int64) {
 	if m == nil {
 		return
 	}
-	m.preemptions.WithLabelValues(ev.Kind).Inc()
-	var freed int64
-	for _, g := range victim.GPUs {
-		freed += g.MemoryBytes
-	}
-	m.preemptedGPUMemory.WithLabelValues(ev.Kind).Add(float64(freed))
+	m.preemptions.WithLabelValues(kind).Inc()
+	m.preemptedGPUMemory.WithLabelValues(kind).Add(float64(gpuMemoryBytes))
 }
 
-func (m *Metrics) observePending(pd scheduler.Pending) {
+// ObservePending records a gang left pending, by the kind of its reason.
+func (m *Metrics) ObservePending(kind string) {
 	if m == nil {
 		return
 	}
-	m.pendingByReason.WithLabelValues(string(pd.Kind)).Inc()
+	m.pendingByReason.WithLabelValues(kind).Inc()
+}
+
+// SetQueue records a queue's figures for one resource.
+func (m *Metrics) SetQueue(queue, resource string, allocated, fairShare, limit, quota float64) {
+	if m == nil {
+		return
+	}
+	m.queueAllocated.WithLabelValues(queue, resource).Set(allocated)
+	m.queueFairShare.WithLabelValues(queue, resource).Set(fairShare)
+	m.queueLimit.WithLabelValues(queue, resource).Set(limit)
+	m.queueQuota.WithLabelValues(queue, resource).Set(quota)
 }

@@ -1,4 +1,9 @@
-package kube
+// Package report writes what the scheduler knows back to the API for people: Queue
+// status (allocated, requested, fair share, conditions) with the queue metrics, and
+// PodGroup status (phase, counts, the Scheduled condition with the typed reason a
+// gang waits). It reads the cache through its methods and the last cycle's pending
+// reasons through a function; it must not import the dispatcher.
+package report
 
 import (
 	"context"
@@ -11,28 +16,34 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
 
+	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/fairshare"
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/kube/metrics"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
 // StatusReporter writes Queue status (allocated, requested, fair share, conditions)
 // and the queue metrics, on a period and only when something changed.
 type StatusReporter struct {
-	cache   *Cache
+	cache   *cache.Cache
 	sched   *scheduler.Scheduler
 	dyn     dynamic.Interface
-	metrics *Metrics
+	metrics *metrics.Metrics
 	last    map[string]string
-	// lookup lists PodGroups; pending says why the last cycle left a gang pending.
-	lookup  *ObjectLookup
-	pending func(model.GangID) (scheduler.Pending, bool)
+	// podGroups lists PodGroups by "namespace/name"; pending says why the last
+	// cycle left a gang pending.
+	podGroups func() map[string]*schedulingv1alpha1.PodGroup
+	pending   func(model.GangID) (scheduler.Pending, bool)
 }
 
-// NewStatusReporter returns a reporter of Queue status, and of PodGroup status when
-// lookup and pending are given.
-func NewStatusReporter(c *Cache, s *scheduler.Scheduler, dyn dynamic.Interface, m *Metrics, lookup *ObjectLookup, pending func(model.GangID) (scheduler.Pending, bool)) *StatusReporter {
-	return &StatusReporter{cache: c, sched: s, dyn: dyn, metrics: m, last: map[string]string{}, lookup: lookup, pending: pending}
+// New returns a reporter of Queue status, and of PodGroup status when podGroups and
+// pending are given.
+func New(c *cache.Cache, s *scheduler.Scheduler, dyn dynamic.Interface, m *metrics.Metrics,
+	podGroups func() map[string]*schedulingv1alpha1.PodGroup, pending func(model.GangID) (scheduler.Pending, bool)) *StatusReporter {
+	return &StatusReporter{cache: c, sched: s, dyn: dyn, metrics: m, last: map[string]string{}, podGroups: podGroups, pending: pending}
 }
 
 // Run reports every period until ctx ends.
@@ -65,17 +76,19 @@ type amounts struct {
 
 // Report computes the shares once and writes what changed.
 func (r *StatusReporter) Report(ctx context.Context) {
-	r.cache.mu.Lock()
-	shares, treeErr := r.sched.Shares(r.cache.snap)
-	names := make([]string, 0, len(r.cache.snap.Queues))
-	for n := range r.cache.snap.Queues {
-		names = append(names, n)
-	}
-	r.cache.mu.Unlock()
-	sort.Strings(names)
-	for _, name := range names {
+	var shares *fairshare.Shares
+	var treeErr error
+	var queues []string
+	r.cache.View(func(snap *model.Snapshot) {
+		shares, treeErr = r.sched.Shares(snap)
+		for n := range snap.Queues {
+			queues = append(queues, n)
+		}
+	})
+	sort.Strings(queues)
+	for _, name := range queues {
 		st := queueStatus{}
-		valid := metav1.Condition{Type: "Valid", Status: metav1.ConditionTrue, Reason: "Valid", Message: "the queue is part of a valid tree"}
+		valid := metav1.Condition{Type: names.ConditionQueueValid, Status: metav1.ConditionTrue, Reason: schedulingv1alpha1.QueueReasonValid, Message: "the queue is part of a valid tree"}
 		var qs *fairshare.QueueShare
 		if shares != nil {
 			qs = shares.Queue(name)
@@ -87,7 +100,7 @@ func (r *StatusReporter) Report(ctx context.Context) {
 					msg = p.Message
 				}
 			}
-			valid = metav1.Condition{Type: "Valid", Status: metav1.ConditionFalse, Reason: "Invalid", Message: msg}
+			valid = metav1.Condition{Type: names.ConditionQueueValid, Status: metav1.ConditionFalse, Reason: "Invalid", Message: msg}
 		} else {
 			st.Allocated, st.Requested, st.FairShare = collect(qs, r.metrics, name)
 		}
@@ -97,7 +110,7 @@ func (r *StatusReporter) Report(ctx context.Context) {
 	r.reportPodGroups(ctx)
 }
 
-func collect(qs *fairshare.QueueShare, m *Metrics, queue string) (alloc, req, fair amounts) {
+func collect(qs *fairshare.QueueShare, m *metrics.Metrics, queue string) (alloc, req, fair amounts) {
 	const bytesPerMB = 1e6
 	for res, rs := range qs.Resources {
 		unit := 1.0
@@ -122,12 +135,7 @@ func collect(qs *fairshare.QueueShare, m *Metrics, queue string) (alloc, req, fa
 		set(&alloc, rs.Allocated)
 		set(&req, rs.Requested)
 		set(&fair, rs.FairShare)
-		if m != nil {
-			m.queueAllocated.WithLabelValues(queue, string(res)).Set(rs.Allocated)
-			m.queueFairShare.WithLabelValues(queue, string(res)).Set(rs.FairShare)
-			m.queueLimit.WithLabelValues(queue, string(res)).Set(rs.Limit)
-			m.queueQuota.WithLabelValues(queue, string(res)).Set(rs.Quota)
-		}
+		m.SetQueue(queue, string(res), rs.Allocated, rs.FairShare, rs.Limit, rs.Quota)
 	}
 	return alloc, req, fair
 }
@@ -145,7 +153,7 @@ func (r *StatusReporter) write(ctx context.Context, name string, st queueStatus)
 	if err != nil {
 		return
 	}
-	if _, err := r.dyn.Resource(queueGVR).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := r.dyn.Resource(names.QueueGVR).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.V(2).InfoS("Write queue status", "queue", name, "err", err)
 		return
 	}

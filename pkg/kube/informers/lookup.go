@@ -1,4 +1,4 @@
-package kube
+package informers
 
 import (
 	"sync"
@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	gcache "github.com/gantry-dev/gantry/pkg/kube/cache"
 )
 
 // ObjectLookup is gang.Lookup over the objects the informers have seen. It is safe
@@ -65,7 +66,7 @@ func (m *objectMap[T]) set(ns, name string, obj *T) {
 
 // lookupUpsert converts a watched object to its typed form, stores it, and regroups
 // the gangs of its namespace (an owner's spec decides a gang's size and queue).
-func lookupUpsert[T any](c *Cache, m *objectMap[T]) func(*unstructured.Unstructured) {
+func lookupUpsert[T any](c *gcache.Cache, m *objectMap[T]) func(*unstructured.Unstructured) {
 	return func(u *unstructured.Unstructured) {
 		obj := new(T)
 		if err := fromUnstructured(u, obj); err != nil {
@@ -77,7 +78,7 @@ func lookupUpsert[T any](c *Cache, m *objectMap[T]) func(*unstructured.Unstructu
 	}
 }
 
-func lookupRemove[T any](c *Cache, m *objectMap[T]) func(*unstructured.Unstructured) {
+func lookupRemove[T any](c *gcache.Cache, m *objectMap[T]) func(*unstructured.Unstructured) {
 	return func(u *unstructured.Unstructured) {
 		m.set(u.GetNamespace(), u.GetName(), nil)
 		c.RegroupAll(u.GetNamespace())
