@@ -17,19 +17,19 @@
 //
 // Life of a pod in the cache (compare kube-scheduler's backend/cache/interface.go):
 //
-//	                 +-------------------------------------------+
-//	                 |          informer: bound elsewhere        |
-//	                 v                                           |
-//	  Add --> pending ----Commit(bind)----> assumed ---informer---> bound --> Delete
-//	           ^   |                          |        shows bound   |
-//	           |   |                          |                      |
-//	           |   +--Commit(nominate)-->     +--Forget (bind failed)+
-//	           |       nominated (pending,        back to pending    |
-//	           |       NominatedNode kept                             Commit(evict)
-//	           |       until the informer                             v
-//	           |       shows it)                              terminating by us
-//	           |                                               | refused/cancelled:
-//	           +-- (controller recreates it) <-- Delete <------+ UnmarkTerminating
+//	            Commit(bind)               informer shows it bound (where the API says)
+//	pending ---------------------> assumed -----------------------------------> bound
+//	 |  ^                            |                                            |
+//	 |  +--------- Forget -----------+                                            |
+//	 |      (Binding certainly failed)                             Commit(evict)  |
+//	 |                                                                            v
+//	 +-- Commit(nominate) --> nominated (pending, NominatedNode     terminating by us
+//	                          kept until the informer shows it)     (UnmarkTerminating
+//	                                                                 if refused: bound)
+//
+//	DRA in flight: a structured allocation chosen at Commit, counted as taken from
+//	assumed until the informer shows the claim allocated.
+//	forgotten: any state, when the informer says the pod is deleted.
 //
 // Assumptions the cache makes:
 //
