@@ -86,8 +86,10 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.SchedulerNames[0]})
 
+	ensureDefaultQueue(ctx, dyn, o.Config.DefaultQueueName())
 	lookup := informers.NewObjectLookup()
 	c := cache.New(o.SchedulerNames, lookup, o.Config.DefaultQueueName())
+	c.SetTimeouts(cache.Timeouts{BelowMinimum: o.Config.GangBelowMinimumGrace.Duration, Incomplete: o.Config.IncompleteGangTimeout.Duration})
 	inf, err := informers.New(client, dyn, c, lookup)
 	if err != nil {
 		return fmt.Errorf("informers: %w", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -61,6 +62,11 @@ type Cache struct {
 	draFailed  map[model.PodID]bool
 	// cycle is what the cycles decided that the API has not shown yet (cycle.go).
 	cycle cycleState
+	// health tracks gangs running below their minimum or incomplete (health.go).
+	health   gangHealth
+	timeouts Timeouts
+	// clock is the time of informer events (time.Now; tests replace it).
+	clock func() time.Time
 	// capacityVersion counts changes that could let a waiting gang fit (capacity
 	// freed or added, queues or priorities changed); gangVersion counts changes to
 	// each gang. A gang that failed at the same pair of versions cannot fit now.
@@ -106,6 +112,9 @@ func New(schedulers []string, lookup gang.Lookup, defaultQueue string) *Cache {
 		draFailed:   map[model.PodID]bool{},
 		gangVersion: map[model.GangID]uint64{},
 		cycle:       newCycleState(),
+		health:      newGangHealth(),
+		timeouts:    defaultTimeouts,
+		clock:       time.Now,
 	}
 	for _, n := range schedulers {
 		c.names[n] = true

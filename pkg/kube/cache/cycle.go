@@ -131,6 +131,9 @@ type Decisions struct {
 	Pending     []PendingGang
 	// Gone are gangs that were pending before and no longer exist.
 	Gone []model.GangID
+	// Incomplete are gangs that have waited too long for members that do not exist,
+	// to be told so once.
+	Incomplete []PendingGang
 }
 
 // Commit records a plan before any of it reaches the API: binds are assumed (their
@@ -180,6 +183,7 @@ func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
 		}
 		d.Pending = append(d.Pending, pg)
 	}
+	c.commitHealth(d, now)
 	return d
 }
 

@@ -69,6 +69,7 @@ func startedAt(pod *corev1.Pod) int64 {
 // preemptibility and elasticity on its members. Caller holds mu.
 func (c *Cache) regroup(id model.GangID) {
 	c.gangVersion[id]++
+	defer c.checkHealth(id)
 	defer c.refreshPending(id)
 	members := c.gangPods[id]
 	if len(members) == 0 {

@@ -112,7 +112,11 @@ func (e *evictor) evict(ctx context.Context, v cache.Victim) error {
 		klog.ErrorS(err, "Mark preemption victim", "pod", victim.ID)
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name, UID: types.UID(victim.UID), APIVersion: "v1"}
-	e.recorder.Event(ref, corev1.EventTypeNormal, names.EventPreempted, message)
+	eventType, reason := corev1.EventTypeNormal, names.EventPreempted
+	if v.Kind == cache.KindBelowMinimum {
+		eventType, reason = corev1.EventTypeWarning, names.EventGangBelowMinimum
+	}
+	e.recorder.Event(ref, eventType, reason, message)
 
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	if victim.UID != "" {

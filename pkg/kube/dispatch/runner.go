@@ -177,6 +177,16 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	for _, pd := range d.Pending {
 		r.explainPending(ctx, pd)
 	}
+	for _, pd := range d.Incomplete {
+		klog.InfoS("Gang incomplete for too long", "gang", pd.Gang, "reason", pd.Reason)
+		for _, p := range pd.Pods {
+			if !p.Bound() {
+				r.status.pending(ctx, p, names.ConditionGangIncomplete, names.EventGangIncomplete, pd.Reason)
+			} else {
+				r.status.event(p, corev1.EventTypeWarning, names.EventGangIncomplete, pd.Reason)
+			}
+		}
+	}
 	return prep.Plan
 }
 
@@ -220,7 +230,7 @@ func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
 		msg = fmt.Sprintf("gang %s: %s", pd.Gang, pd.Reason)
 	}
 	for _, p := range pd.Pods {
-		r.status.pending(ctx, p, corev1.PodReasonUnschedulable, msg)
+		r.status.pending(ctx, p, corev1.PodReasonUnschedulable, names.EventFailedScheduling, msg)
 	}
 }
 
@@ -239,7 +249,14 @@ func (r *Runner) evict(ctx context.Context, victims []cache.Victim) {
 	for _, g := range order {
 		vs := byPreemptor[g]
 		go func() {
-			evicted, kept, err := r.evictor.evictFor(ctx, vs, func() bool { return r.cache.NeedsVictims(g) })
+			needed := func() bool { return r.cache.NeedsVictims(g) }
+			if vs[0].Kind == cache.KindBelowMinimum {
+				// The gang's own members, evicted so that it restarts whole: needed
+				// whatever happens to the rest of the cluster.
+				needed = func() bool { return true }
+				klog.InfoS("Gang below its minimum; evicting the rest", "gang", g, "pods", len(vs), "reason", vs[0].Reason)
+			}
+			evicted, kept, err := r.evictor.evictFor(ctx, vs, needed)
 			for _, v := range kept {
 				r.cache.UnmarkTerminating(v.Pod.ID)
 			}
@@ -342,7 +359,7 @@ func (r *Runner) bindBatch(ctx context.Context, b cache.Batch) {
 	}
 	for _, res := range results {
 		if res.outcome == failed {
-			r.status.pending(ctx, res.req.Pod, names.EventBindFailed, err.Error())
+			r.status.pending(ctx, res.req.Pod, names.EventBindFailed, names.EventFailedScheduling, err.Error())
 		}
 	}
 }

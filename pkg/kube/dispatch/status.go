@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/model"
-	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // statusWriter patches PodScheduled conditions and records Events off the cycle's
@@ -35,7 +34,9 @@ func newStatusWriter(client kubernetes.Interface, recorder record.EventRecorder,
 	return s
 }
 
-func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, message string) {
+// pending sets PodScheduled=False with reason and message on a pod and records a
+// Warning Event (reason eventReason), off the cycle's path.
+func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, eventReason, message string) {
 	job := func() {
 		ns, name := splitID(p.ID)
 		cond := corev1.PodCondition{
@@ -46,7 +47,7 @@ func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, messag
 			klog.V(2).InfoS("Write pending reason", "pod", p.ID, "err", err)
 		}
 		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(p.UID)}
-		s.recorder.Event(ref, corev1.EventTypeWarning, names.EventFailedScheduling, message)
+		s.recorder.Event(ref, corev1.EventTypeWarning, eventReason, message)
 	}
 	select {
 	case s.jobs <- job:
