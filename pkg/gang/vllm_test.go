@@ -24,4 +24,3 @@ func TestServeGPUMemoryUtilization(t *testing.T) {
 		t.Errorf("unreadable config: %v, want 0", got)
 	}
 }
-
