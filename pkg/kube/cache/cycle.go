@@ -111,10 +111,12 @@ type Batch struct {
 	Reqs []BindRequest
 }
 
-// Victim is one eviction with the pod as the cache knew it.
+// Victim is one eviction with the pod as the cache knew it, and the GPU memory it
+// holds (a whole GPU counts its memory).
 type Victim struct {
 	scheduler.Eviction
-	Pod *model.Pod
+	Pod       *model.Pod
+	GPUMemory int64
 }
 
 // PendingGang is a gang left pending with its pods, to tell them why.
@@ -161,7 +163,7 @@ func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
 	d.Batches = c.commitBinds(plan, now)
 	for _, ev := range plan.Evictions {
 		if p := c.snap.Pods[ev.Pod]; p != nil && !p.Terminating {
-			d.Evictions = append(d.Evictions, Victim{Eviction: ev, Pod: p})
+			d.Evictions = append(d.Evictions, Victim{Eviction: ev, Pod: p, GPUMemory: c.heldGPUMemory(p)})
 			c.markTerminating(ev.Pod)
 			c.cycle.victims[ev.Pod] = ev.Preemptor
 		}
@@ -333,4 +335,24 @@ func (c *Cache) NeedsVictims(g model.GangID) bool {
 	defer c.mu.Unlock()
 	_, waiting := c.snap.PendingGangs[g]
 	return waiting
+}
+
+// heldGPUMemory is the GPU memory a bound pod holds: its shares, and the memory of
+// the GPUs it holds whole. Caller holds mu.
+func (c *Cache) heldGPUMemory(p *model.Pod) int64 {
+	n := c.snap.Node(p.Node)
+	var held int64
+	for _, b := range p.GPUs {
+		switch {
+		case !b.Whole:
+			held += b.MemoryBytes
+		case b.MemoryBytes > 0:
+			held += b.MemoryBytes
+		case n != nil:
+			if g := n.GPUByIndex(b.Index); g != nil {
+				held += g.MemoryBytes
+			}
+		}
+	}
+	return held
 }

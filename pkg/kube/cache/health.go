@@ -110,7 +110,7 @@ func (c *Cache) commitHealth(d *Decisions, now time.Time) {
 		reason := fmt.Sprintf("gang %s runs %d of its minimum %d members for more than %s: its other members are evicted so that it restarts whole",
 			id, bound+g.Succeeded, g.MinMember, c.timeouts.BelowMinimum)
 		for _, p := range victims {
-			d.Evictions = append(d.Evictions, Victim{Eviction: scheduler.Eviction{Pod: p.ID, Gang: id, Preemptor: id, Kind: KindBelowMinimum, Reason: reason}, Pod: p})
+			d.Evictions = append(d.Evictions, Victim{Eviction: scheduler.Eviction{Pod: p.ID, Gang: id, Preemptor: id, Kind: KindBelowMinimum, Reason: reason}, Pod: p, GPUMemory: c.heldGPUMemory(p)})
 			c.markTerminating(p.ID)
 		}
 	}

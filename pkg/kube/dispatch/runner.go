@@ -264,19 +264,10 @@ func (r *Runner) evict(ctx context.Context, victims []cache.Victim) {
 				klog.InfoS("Evictions not issued", "preemptor", g, "victims", len(kept), "reason", err)
 			}
 			for _, v := range evicted {
-				r.metrics.ObserveEviction(v.Kind, freedGPUMemory(v.Pod))
+				r.metrics.ObserveEviction(v.Kind, v.GPUMemory)
 			}
 		}()
 	}
-}
-
-// freedGPUMemory is the GPU memory a victim held: its shares, and its whole GPUs.
-func freedGPUMemory(p *model.Pod) int64 {
-	var freed int64
-	for _, g := range p.GPUs {
-		freed += g.MemoryBytes
-	}
-	return freed
 }
 
 // paused is how long cycles must still wait for the API server to be reachable.
