@@ -27,7 +27,8 @@ func gpuCluster(t *testing.T, gpus int, nodes ...string) (*Cache, *scheduler.Sch
 			corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
 			corev1.ResourcePods: resource.MustParse("110"), names.ExtendedGPUResource: *resource.NewQuantity(int64(gpus), resource.DecimalSI),
 		}
-		c.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}, Status: corev1.NodeStatus{Allocatable: alloc}})
+		c.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{names.LabelGFDMemory: "81920"}},
+			Status: corev1.NodeStatus{Allocatable: alloc}})
 	}
 	s, err := scheduler.New("bestfit", scheduler.Config{Preemption: true})
 	if err != nil {
@@ -148,6 +149,9 @@ func TestCommitRecordsVictimsAndNominationsBeforeAnyEcho(t *testing.T) {
 	d := cycle(c, s)
 	if len(d.Evictions) != 1 || d.Evictions[0].Pod.ID != "ns/train" {
 		t.Fatalf("evictions = %+v, want train", d.Evictions)
+	}
+	if got := d.Evictions[0].GPUMemory; got != 2*80<<30 {
+		t.Fatalf("the victim holds %d bytes of GPU memory, want its two whole 80 GiB GPUs", got)
 	}
 	if len(d.Nominations) != 1 {
 		t.Fatalf("nominations = %+v, want serve nominated", d.Nominations)
