@@ -92,6 +92,16 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if err := inf.watchCustom(c, lookup, served, add); err != nil {
+		return nil, err
+	}
+	return inf, nil
+}
+
+// watchCustom watches Gantry's and KubeRay's resources that the API server serves:
+// Queues, GPUNodes, and the gang owners the ObjectLookup holds.
+func (inf *Informers) watchCustom(c *gcache.Cache, lookup *ObjectLookup, served map[schema.GroupVersionResource]bool,
+	add func(cache.ResourceEventHandlerRegistration, error) error) error {
 	watch := func(gvr schema.GroupVersionResource, upsert func(*unstructured.Unstructured), remove func(*unstructured.Unstructured)) error {
 		if !served[gvr] {
 			klog.InfoS("API not served; not watching it", "resource", gvr.String())
@@ -120,7 +130,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 		}
 		c.SetQueues(cp)
 	}
-	errs = []error{
+	errs := []error{
 		watch(names.QueueGVR, func(u *unstructured.Unstructured) { setQueues(u, true) }, func(u *unstructured.Unstructured) { setQueues(u, false) }),
 		watch(names.GPUNodeGVR, func(u *unstructured.Unstructured) { upsertGPUNode(c, u) }, func(u *unstructured.Unstructured) { c.SetLive(u.GetName(), nil) }),
 		watch(names.PodGroupGVR, lookupUpsert[schedulingv1alpha1.PodGroup](c, lookup.podGroups), lookupRemove(c, lookup.podGroups)),
@@ -128,10 +138,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 		watch(names.RayJobGVR, lookupUpsert[rayv1.RayJob](c, lookup.rayJobs), lookupRemove(c, lookup.rayJobs)),
 		watch(names.RayServiceGVR, lookupUpsert[rayv1.RayService](c, lookup.rayServices), lookupRemove(c, lookup.rayServices)),
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return inf, nil
+	return errors.Join(errs...)
 }
 
 // Start starts the informers and waits for their first lists.
