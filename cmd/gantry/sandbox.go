@@ -12,8 +12,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gantry-dev/gantry/pkg/controlplane"
 	"github.com/gantry-dev/gantry/pkg/sandbox"
-	"github.com/gantry-dev/gantry/test/testenv"
 )
 
 func init() {
@@ -39,7 +39,7 @@ func runSandbox(ctx context.Context, args []string) error {
 }
 
 func seedDir() string {
-	root, err := testenv.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return filepath.Join("examples", "seed")
 	}

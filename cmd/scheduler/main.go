@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/webhook"
 )
 
 type names []string
@@ -101,7 +102,7 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 		if err != nil {
 			return err
 		}
-		if err := kube.ServeWebhooks(ctx, webhookAddr, webhookCertDir, dyn); err != nil {
+		if err := webhook.Serve(ctx, webhookAddr, webhookCertDir, dyn); err != nil {
 			return err
 		}
 	}

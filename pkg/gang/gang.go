@@ -110,6 +110,11 @@ type Gang struct {
 	// Missing says why the gang cannot start yet although its pods may fit ("waiting
 	// for 2 of 3 pods to be created"); empty when nothing is missing.
 	Missing string
+	// StartFreeFraction is, for the workers of a Ray Serve LLM service (a RayService
+	// whose serveConfigV2 runs vLLM engines), the engines' gpu_memory_utilization:
+	// the share of each GPU's memory that must be free when a worker starts. 0 when
+	// the gang runs no such engine.
+	StartFreeFraction float64
 	// Warnings are problems with the gang's metadata that Gantry worked around, for
 	// an Event (for example an unreadable gantry.dev/min-member).
 	Warnings []string

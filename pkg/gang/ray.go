@@ -29,6 +29,9 @@ func buildRay(g *Gang, members []Member, minimum map[*Member]bool, lookup Lookup
 	if top, kind := topOwnerOfCluster(cluster, lookup); top != nil {
 		g.Owner = kind + "/" + top.GetName()
 		from.owners = append(from.owners, top)
+		if svc, ok := top.(*rayv1.RayService); ok {
+			g.StartFreeFraction = ServeGPUMemoryUtilization(svc.Spec.ServeConfigV2)
+		}
 	} else {
 		g.Owner = "RayCluster/" + cluster.Name
 	}

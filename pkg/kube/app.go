@@ -1,3 +1,18 @@
+// Package kube wires the scheduler to Kubernetes: Run builds the clients, the cache,
+// the informers that feed it, the dispatch loop and the status reporters, and runs
+// them; Options and Config are its settings. It is the only tree that holds a
+// client: the core (model, placement, fairshare, preempt, scheduler, gang) never
+// sees one.
+//
+// The parts, lowest first (docs/architecture.md draws the arrows):
+//
+//   - dra: ResourceClaims and the structured allocator;
+//   - metrics: the Prometheus series, fed plain numbers;
+//   - cache: nodes, pods, gangs and devices, the one demand function, Prepare and
+//     Commit;
+//   - informers: API events into the cache;
+//   - dispatch: the cycle loop and its I/O (binds, evictions, pod status, Events);
+//   - report: Queue and PodGroup status.
 package kube
 
 import (
@@ -15,6 +30,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/kube/dispatch"
+	"github.com/gantry-dev/gantry/pkg/kube/informers"
+	"github.com/gantry-dev/gantry/pkg/kube/metrics"
+	"github.com/gantry-dev/gantry/pkg/kube/report"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
@@ -55,27 +75,32 @@ func Run(ctx context.Context, o Options) error {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	metrics := NewMetrics(reg)
+	kinds := make([]string, len(scheduler.PendingKinds))
+	for i, k := range scheduler.PendingKinds {
+		kinds[i] = string(k)
+	}
+	m := metrics.New(reg, kinds)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.SchedulerNames[0]})
 
-	lookup := NewObjectLookup()
-	cache := NewCache(o.SchedulerNames, lookup)
-	cache.snap.DefaultQueue = o.Config.DefaultQueueName()
-	inf, err := NewInformers(client, dyn, cache, lookup)
+	ensureDefaultQueue(ctx, dyn, o.Config.DefaultQueueName())
+	lookup := informers.NewObjectLookup()
+	c := cache.New(o.SchedulerNames, lookup, o.Config.DefaultQueueName())
+	c.SetTimeouts(cache.Timeouts{BelowMinimum: o.Config.GangBelowMinimumGrace.Duration, Incomplete: o.Config.IncompleteGangTimeout.Duration})
+	inf, err := informers.New(client, dyn, c, lookup)
 	if err != nil {
 		return fmt.Errorf("informers: %w", err)
 	}
 	if err := inf.Start(ctx); err != nil {
 		return err
 	}
-	runner := NewRunner(cache, sched, client, recorder, metrics, RunnerOptions{
+	runner := dispatch.New(c, sched, client, recorder, m, dispatch.Options{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
 	})
-	status := NewStatusReporter(cache, sched, dyn, metrics, lookup, runner.Pending)
+	status := report.New(c, sched, dyn, m, lookup.PodGroups, runner.Pending)
 	go status.Run(ctx, 2*time.Second)
 	klog.InfoS("Scheduling", "schedulerNames", o.SchedulerNames, "policy", sched.Placer.Policy())
 	if o.Ready != nil {

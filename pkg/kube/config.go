@@ -28,9 +28,16 @@ type Config struct {
 	BindWorkers int `json:"bindWorkers,omitempty"`
 	// DefaultQueue is the queue that pods with no queue label are charged to, so that
 	// its quota and limit apply to them (default "default", the queue the chart
-	// creates, as in KAI Scheduler). While no such queue exists they are charged
-	// nowhere.
+	// creates, as in KAI Scheduler). The scheduler creates it at start when it is
+	// missing.
 	DefaultQueue string `json:"defaultQueue,omitempty"`
+	// GangBelowMinimumGrace is how long a running gang that lost members below its
+	// minimum (with their node, say) may wait for them before the rest is evicted,
+	// so that it restarts whole (default 10s).
+	GangBelowMinimumGrace Duration `json:"gangBelowMinimumGrace,omitempty"`
+	// IncompleteGangTimeout is how long a gang may wait for members that do not
+	// exist before its pods get a GangIncomplete condition and Event (default 10m).
+	IncompleteGangTimeout Duration `json:"incompleteGangTimeout,omitempty"`
 }
 
 // DefaultQueueName is DefaultQueue with its default.
@@ -80,7 +87,7 @@ func LoadConfig(path string) (Config, error) {
 		err = errors.Join(strictErrs...)
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers, defaultQueue)", path, err)
+		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers, defaultQueue, gangBelowMinimumGrace, incompleteGangTimeout)", path, err)
 	}
 	return cfg, nil
 }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gantry-dev/gantry/test/testenv"
+	"github.com/gantry-dev/gantry/pkg/controlplane"
 )
 
 // The seed's object names.
@@ -144,7 +144,7 @@ func (d *demo) event(format string, args ...any) {
 }
 
 func (d *demo) apply(file string) error {
-	_, err := testenv.ApplyFile(d.ctx, d.cfg, d.o.Namespace, filepath.Join(d.o.SeedDir, file))
+	_, err := controlplane.ApplyFile(d.ctx, d.cfg, d.o.Namespace, filepath.Join(d.o.SeedDir, file))
 	if err != nil {
 		return fmt.Errorf("apply %s: %w", file, err)
 	}

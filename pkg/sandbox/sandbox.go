@@ -25,8 +25,8 @@ import (
 
 	"github.com/gantry-dev/gantry/gpu"
 	"github.com/gantry-dev/gantry/gpu/fake"
+	"github.com/gantry-dev/gantry/pkg/controlplane"
 	"github.com/gantry-dev/gantry/pkg/model"
-	"github.com/gantry-dev/gantry/test/testenv"
 )
 
 // Options shape the sandbox.
@@ -46,7 +46,7 @@ type Options struct {
 
 // Sandbox is a running sandbox.
 type Sandbox struct {
-	Env *testenv.Env
+	Env *controlplane.Env
 	// Nodes are the fake GPU nodes.
 	Nodes []string
 	// SchedulerMetrics and AgentMetrics are the /metrics URLs.
@@ -91,7 +91,7 @@ func Up(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
-	bin, err := testenv.BinDir()
+	bin, err := controlplane.BinDir()
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func Up(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	s := &Sandbox{out: o.Out}
 	step := s.stepper()
 	step("starting etcd, kube-apiserver, kube-controller-manager, kwok and the KubeRay operator (--batch-scheduler=kai-scheduler)")
-	env, err := testenv.Start(ctx, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: true, Logs: o.Logs})
+	env, err := controlplane.Start(ctx, controlplane.Options{Kwok: true, ControllerManager: true, KubeRay: true, Logs: o.Logs})
 	if err != nil {
 		return nil, err
 	}
@@ -113,19 +113,19 @@ func Up(ctx context.Context, o Options) (_ *Sandbox, err error) {
 			_ = s.Down()
 		}
 	}()
-	root, err := testenv.RepoRoot()
+	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
 	step("installing PriorityClasses train/build/inference and the gpu.gantry.dev DeviceClass")
 	for _, f := range []string{"priorityclasses.yaml", "deviceclass.yaml"} {
-		if _, err := testenv.ApplyFile(ctx, env.Config, "", filepath.Join(root, "deploy", "manifests", f)); err != nil {
+		if _, err := controlplane.ApplyFile(ctx, env.Config, "", filepath.Join(root, "deploy", "manifests", f)); err != nil {
 			return nil, err
 		}
 	}
 	if o.Queues != "" {
 		step("installing queues from " + o.Queues)
-		if _, err := testenv.ApplyFile(ctx, env.Config, "", o.Queues); err != nil {
+		if _, err := controlplane.ApplyFile(ctx, env.Config, "", o.Queues); err != nil {
 			return nil, err
 		}
 	}
@@ -183,12 +183,12 @@ func (s *Sandbox) addNode(ctx context.Context, bin, name, profile string, logs b
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name,
 			Labels: map[string]string{
-				testenv.KwokNodeLabel:    testenv.KwokNodeLabelValue,
-				"kubernetes.io/hostname": name,
-				"nvidia.com/gpu.present": "true",
-				"nvidia.com/gpu.product": product,
-				"nvidia.com/gpu.memory":  strconv.FormatUint(memMiB, 10),
-				"nvidia.com/gpu.count":   strconv.Itoa(len(inv.Devices)),
+				controlplane.KwokNodeLabel: controlplane.KwokNodeLabelValue,
+				"kubernetes.io/hostname":   name,
+				"nvidia.com/gpu.present":   "true",
+				"nvidia.com/gpu.product":   product,
+				"nvidia.com/gpu.memory":    strconv.FormatUint(memMiB, 10),
+				"nvidia.com/gpu.count":     strconv.Itoa(len(inv.Devices)),
 			},
 			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 		},
@@ -203,7 +203,7 @@ func (s *Sandbox) addNode(ctx context.Context, bin, name, profile string, logs b
 			return err
 		}
 	}
-	port, err := testenv.FreePort()
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return err
 	}
@@ -227,15 +227,15 @@ func (s *Sandbox) addNode(ctx context.Context, bin, name, profile string, logs b
 }
 
 func (s *Sandbox) startScheduler(ctx context.Context, bin string, logs bool) error {
-	metrics, err := testenv.FreePort()
+	metrics, err := controlplane.FreePort()
 	if err != nil {
 		return err
 	}
-	probe, err := testenv.FreePort()
+	probe, err := controlplane.FreePort()
 	if err != nil {
 		return err
 	}
-	hook, err := testenv.FreePort()
+	hook, err := controlplane.FreePort()
 	if err != nil {
 		return err
 	}

@@ -73,13 +73,25 @@ type Pending struct {
 type PendingKind string
 
 const (
-	PendingIncomplete       PendingKind = "gang_incomplete"
-	PendingQueueInvalid     PendingKind = "queue_invalid"
+	PendingIncomplete PendingKind = "gang_incomplete"
+	// PendingQueueInvalid: the queue tree is not valid (a cycle, a missing parent).
+	PendingQueueInvalid PendingKind = "queue_invalid"
+	// PendingQueueNotFound: the gang's queue does not exist.
+	PendingQueueNotFound PendingKind = "queue_not_found"
+	// PendingQueueNotLeaf: the gang's queue has child queues; only leaves hold pods.
+	PendingQueueNotLeaf PendingKind = "queue_not_leaf"
+	// PendingInvalidPod: a member's spec cannot be read (a bad GPU annotation, say);
+	// set by whoever translates pods, with what to change as the reason.
+	PendingInvalidPod       PendingKind = "invalid_pod"
 	PendingQueueLimit       PendingKind = "queue_limit"
 	PendingQueueQuota       PendingKind = "queue_quota"
 	PendingNoFit            PendingKind = "no_fit"
 	PendingWaitingForVictim PendingKind = "waiting_for_victims"
 )
+
+// PendingKinds are all the kinds, for metrics that list them from the start.
+var PendingKinds = []PendingKind{PendingIncomplete, PendingQueueInvalid, PendingQueueNotFound, PendingQueueNotLeaf,
+	PendingInvalidPod, PendingQueueLimit, PendingQueueQuota, PendingNoFit, PendingWaitingForVictim}
 
 // Scheduler runs cycles with one placer.
 type Scheduler struct {
@@ -188,7 +200,11 @@ func (c *cycle) admit(skip func(model.GangID) bool, queueErr error) (nominated [
 		}
 		if q := w.gang.Queue; q != "" && len(snap.Queues) > 0 {
 			if err := fairshare.ValidatePodQueue(snap.Queues, q); err != nil {
-				plan.pend(w, PendingQueueInvalid, err.Error())
+				kind := PendingQueueNotLeaf
+				if snap.Queues[q] == nil {
+					kind = PendingQueueNotFound
+				}
+				plan.pend(w, kind, err.Error())
 				continue
 			}
 			if queueErr != nil && shares.Queue(q) == nil {

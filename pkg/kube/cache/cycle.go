@@ -1,0 +1,358 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+)
+
+// retryAfter is how long a gang that failed is left alone when nothing it depends on
+// changed: a backstop against a change the versions do not capture.
+const retryAfter = 10 * time.Second
+
+type failure struct {
+	versions [2]uint64
+	at       time.Time
+}
+
+// cycleState is what the cycles decided that the API has not shown yet, and what
+// they learnt.
+type cycleState struct {
+	// failed records, for each gang left pending, the cache's versions then and
+	// when; it is not tried again until a version moves or retryAfter passes.
+	failed map[model.GangID]failure
+	// nominated are the nodes this scheduler nominated preemptors for, kept on the
+	// snapshot's pods until the informer shows the nomination (or the pod binds), so
+	// that the next cycle sees its own nominations at once.
+	nominated map[model.PodID]string
+	// victims are the pods this scheduler is evicting, with their preemptor.
+	victims map[model.PodID]model.GangID
+	// backoff holds back gangs whose binds failed until then.
+	backoff map[model.GangID]time.Time
+}
+
+func newCycleState() cycleState {
+	return cycleState{
+		failed:    map[model.GangID]failure{},
+		nominated: map[model.PodID]string{},
+		victims:   map[model.PodID]model.GangID{},
+		backoff:   map[model.GangID]time.Time{},
+	}
+}
+
+func (s *cycleState) forgetPod(id model.PodID) {
+	delete(s.nominated, id)
+	delete(s.victims, id)
+}
+
+// Schedule is the core's cycle: scheduler.Scheduler.ScheduleSkipping.
+type Schedule func(snap *model.Snapshot, skip func(model.GangID) bool) *scheduler.Plan
+
+// Prepared is what Prepare returns.
+type Prepared struct {
+	Plan *scheduler.Plan
+	// DRA is the time spent in the structured allocator; AskedDRA whether it ran.
+	DRA      time.Duration
+	AskedDRA bool
+}
+
+// Prepare readies the snapshot for a cycle at now (the structured allocator's device
+// choices, the gangs of pods that cannot be read held back) and runs schedule on it.
+// Gangs that failed at the same versions less than retryAfter ago, and gangs in bind
+// backoff, are skipped. schedule runs under the cache's lock and must not keep the
+// snapshot: the lock never leaves the cache.
+func (c *Cache) Prepare(ctx context.Context, now time.Time, schedule Schedule) Prepared {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snap.Now = now.Unix()
+	skip := func(g model.GangID) bool {
+		if until, ok := c.cycle.backoff[g]; ok && now.Before(until) {
+			return true
+		}
+		f, ok := c.cycle.failed[g]
+		return ok && f.versions == c.versions(g) && now.Sub(f.at) < retryAfter
+	}
+	var out Prepared
+	draStart := time.Now()
+	out.AskedDRA = c.chooseDevices(ctx, skip)
+	out.DRA = time.Since(draStart)
+	c.markBadPods()
+	out.Plan = schedule(c.snap, skip)
+	return out
+}
+
+// BindRequest is one pod's binding within a gang's batch.
+type BindRequest struct {
+	Pod       *model.Pod
+	Placement placement.Placement
+	// Claims are the pod's ResourceClaims, allocated before the Binding.
+	Claims []dra.Claim
+	// Structured is set when the structured allocator chose the devices:
+	// Allocations are its results for the pod's unallocated claims on the
+	// placement's node, in claim order.
+	Structured  bool
+	Allocations []resourceapi.AllocationResult
+}
+
+// Batch is one gang's binds, bound together; Min is how many must succeed for the
+// gang to run (0 for elastic members).
+type Batch struct {
+	Gang model.GangID
+	Min  int
+	Reqs []BindRequest
+}
+
+// Victim is one eviction with the pod as the cache knew it, and the GPU memory it
+// holds (a whole GPU counts its memory).
+type Victim struct {
+	scheduler.Eviction
+	Pod       *model.Pod
+	GPUMemory int64
+}
+
+// PendingGang is a gang left pending with its pods, to tell them why.
+type PendingGang struct {
+	scheduler.Pending
+	Pods []*model.Pod
+}
+
+// Decisions are what Commit recorded and the dispatcher carries out.
+type Decisions struct {
+	Batches     []Batch
+	Evictions   []Victim
+	Nominations []scheduler.GangBind
+	Pending     []PendingGang
+	// Gone are gangs that were pending before and no longer exist.
+	Gone []model.GangID
+	// Incomplete are gangs that have waited too long for members that do not exist,
+	// to be told so once.
+	Incomplete []PendingGang
+}
+
+// Commit records a plan before any of it reaches the API: binds are assumed (their
+// GPUs and claims' devices taken), victims marked terminating, preemptors'
+// nominations set, and pending gangs remembered with the versions they failed at.
+// The next cycle's snapshot has all of it, before any informer echo. It returns what
+// to carry out.
+func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := &Decisions{Nominations: plan.Nominations}
+	for _, pd := range plan.Pending {
+		c.cycle.failed[pd.Gang] = failure{versions: c.versions(pd.Gang), at: now}
+	}
+	for _, gb := range plan.Binds {
+		delete(c.cycle.failed, gb.Gang)
+	}
+	for g := range c.cycle.failed {
+		if _, ok := c.snap.Gangs[g]; !ok {
+			delete(c.cycle.failed, g)
+			delete(c.cycle.backoff, g)
+			d.Gone = append(d.Gone, g)
+		}
+	}
+	d.Batches = c.commitBinds(plan, now)
+	for _, ev := range plan.Evictions {
+		if p := c.snap.Pods[ev.Pod]; p != nil && !p.Terminating {
+			d.Evictions = append(d.Evictions, Victim{Eviction: ev, Pod: p, GPUMemory: c.heldGPUMemory(p)})
+			c.markTerminating(ev.Pod)
+			c.cycle.victims[ev.Pod] = ev.Preemptor
+		}
+	}
+	for _, nom := range plan.Nominations {
+		for _, pl := range nom.Placements {
+			c.nominate(pl.Pod, pl.Node)
+		}
+	}
+	for _, pd := range plan.Pending {
+		pg := PendingGang{Pending: pd}
+		for _, id := range pd.Pods {
+			if p := c.snap.Pods[id]; p != nil {
+				pg.Pods = append(pg.Pods, p)
+			}
+			if msg := c.podErrors[id]; msg != "" && pd.Kind == scheduler.PendingIncomplete {
+				pg.Kind = scheduler.PendingInvalidPod
+			}
+		}
+		d.Pending = append(d.Pending, pg)
+	}
+	c.commitHealth(d, now)
+	return d
+}
+
+// commitBinds assumes the plan's binds and takes the structured allocator's
+// allocations for them. A gang whose allocation clashes with another gang's of this
+// plan (another driver's device both need) is left for the next cycle, whole.
+// Caller holds mu.
+func (c *Cache) commitBinds(plan *scheduler.Plan, now time.Time) []Batch {
+	batches := make([]Batch, 0, len(plan.Binds))
+	taken := sets.New[structured.DeviceID]()
+	deferred := false
+plans:
+	for _, gb := range plan.Binds {
+		b := Batch{Gang: gb.Gang}
+		if !gb.Elastic {
+			b.Min = len(gb.Placements)
+		}
+		for _, pl := range gb.Placements {
+			p := c.snap.Pods[pl.Pod]
+			if p == nil || p.Bound() {
+				continue
+			}
+			allocs, viaAllocator, ok := c.alloc.Take(pl.Pod, pl.Node, taken)
+			if !ok {
+				deferred = true
+				continue plans
+			}
+			b.Reqs = append(b.Reqs, BindRequest{Pod: p, Placement: pl, Claims: c.podClaims[pl.Pod], Structured: viaAllocator, Allocations: allocs})
+		}
+		batches = append(batches, b)
+	}
+	if deferred {
+		c.poke()
+	}
+	for _, b := range batches {
+		for _, req := range b.Reqs {
+			c.assume(req.Pod.ID, req.Placement, now.Unix())
+			if req.Structured {
+				c.alloc.MarkInflight(c.apiPods[req.Pod.ID], req.Claims, req.Allocations)
+			}
+		}
+	}
+	return batches
+}
+
+// assume books a placement made by this scheduler before the API confirms it.
+// Caller holds mu.
+func (c *Cache) assume(id model.PodID, pl placement.Placement, now int64) {
+	old := c.snap.Pods[id]
+	if old == nil || old.Bound() {
+		return
+	}
+	p := *old
+	p.Node, p.GPUs, p.StartedAt, p.NominatedNode = pl.Node, pl.GPUs, now, ""
+	c.snap.Pods[id] = &p
+	c.assumed[id] = true
+	delete(c.cycle.nominated, id)
+	c.book(&p)
+	c.refreshPending(p.Gang)
+}
+
+// nominate records a preemptor's nominated node on its pod in the snapshot.
+// Caller holds mu.
+func (c *Cache) nominate(id model.PodID, node string) {
+	p := c.snap.Pods[id]
+	if p == nil || p.Bound() {
+		return
+	}
+	c.cycle.nominated[id] = node
+	if p.NominatedNode != node {
+		q := *p
+		q.NominatedNode = node
+		c.snap.Pods[id] = &q
+	}
+}
+
+// Forget undoes an assumption for a pod whose binding failed: its node and GPUs are
+// free again.
+func (c *Cache) Forget(id model.PodID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.snap.Pods[id]
+	if p == nil || !c.assumed[id] {
+		return
+	}
+	c.unbook(p)
+	c.alloc.DropInflight(c.podClaims[id])
+	q := *p
+	q.Node, q.GPUs, q.StartedAt = "", nil, 0
+	c.snap.Pods[id] = &q
+	delete(c.assumed, id)
+	c.refreshPending(q.Gang)
+	c.freed()
+}
+
+// Backoff holds a gang back from cycles until the given time (its binds failed).
+func (c *Cache) Backoff(g model.GangID, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cycle.backoff[g] = until
+}
+
+// UnmarkTerminating undoes the marking of a victim whose eviction was refused or
+// cancelled: it runs on, and counts as running again.
+func (c *Cache) UnmarkTerminating(id model.PodID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.cycle.victims, id)
+	if p := c.snap.Pods[id]; p != nil && p.Terminating {
+		if api := c.apiPods[id]; api != nil && api.DeletionTimestamp != nil {
+			return
+		}
+		q := *p
+		q.Terminating = false
+		c.snap.Pods[id] = &q
+		c.freed()
+	}
+}
+
+// markTerminating marks a victim. Caller holds mu.
+func (c *Cache) markTerminating(id model.PodID) {
+	if p := c.snap.Pods[id]; p != nil && !p.Terminating {
+		q := *p
+		q.Terminating = true
+		c.snap.Pods[id] = &q
+	}
+}
+
+// markBadPods holds back the gangs of pods whose spec cannot be read, with the
+// reason as the gang's pending message. Caller holds mu.
+func (c *Cache) markBadPods() {
+	for id, msg := range c.podErrors {
+		gid := c.gangOf[id]
+		if g := c.snap.Gangs[gid]; g != nil && g.Missing != msg {
+			cp := *g
+			cp.Missing = fmt.Sprintf("pod %s: %s", id, msg)
+			c.snap.Gangs[gid] = &cp
+		}
+	}
+}
+
+// NeedsVictims reports whether a preemptor still waits for the room its victims
+// free: it exists and has members that are neither bound nor assumed. A preemptor
+// bound elsewhere, deleted, or placed since, does not.
+func (c *Cache) NeedsVictims(g model.GangID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, waiting := c.snap.PendingGangs[g]
+	return waiting
+}
+
+// heldGPUMemory is the GPU memory a bound pod holds: its shares, and the memory of
+// the GPUs it holds whole. Caller holds mu.
+func (c *Cache) heldGPUMemory(p *model.Pod) int64 {
+	n := c.snap.Node(p.Node)
+	var held int64
+	for _, b := range p.GPUs {
+		switch {
+		case !b.Whole:
+			held += b.MemoryBytes
+		case b.MemoryBytes > 0:
+			held += b.MemoryBytes
+		case n != nil:
+			if g := n.GPUByIndex(b.Index); g != nil {
+				held += g.MemoryBytes
+			}
+		}
+	}
+	return held
+}

@@ -1,0 +1,68 @@
+package cache
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+)
+
+func commitAt(c *Cache, s *scheduler.Scheduler, now time.Time) *Decisions {
+	prep := c.Prepare(context.Background(), now, s.ScheduleSkipping)
+	return c.Commit(prep.Plan, now)
+}
+
+func member(name, node string) *corev1.Pod {
+	p := gpuPod(name, 1, 10, node)
+	p.Annotations = map[string]string{names.AnnotationPodGroup: "job", names.AnnotationMinMember: "2"}
+	if node != "" {
+		p.Status.Phase = corev1.PodRunning
+	}
+	return p
+}
+
+func TestAGangBelowItsMinimumIsEvictedAfterTheGrace(t *testing.T) {
+	c, s := gpuCluster(t, 1, "a", "b")
+	t0 := time.Unix(5000, 0)
+	c.clock = func() time.Time { return t0 }
+	c.UpsertPod(member("w1", "a"))
+	c.UpsertPod(member("w2", "b"))
+	if d := commitAt(c, s, t0.Add(time.Hour)); len(d.Evictions) != 0 {
+		t.Fatalf("a whole gang was evicted: %+v", d.Evictions)
+	}
+	// w2 goes with its node; nothing can take its place (b is gone).
+	c.DeleteNode("b")
+	c.DeletePod("ns", "w2")
+	if d := commitAt(c, s, t0.Add(5*time.Second)); len(d.Evictions) != 0 {
+		t.Fatalf("evicted within the grace: %+v", d.Evictions)
+	}
+	d := commitAt(c, s, t0.Add(11*time.Second))
+	if len(d.Evictions) != 1 || d.Evictions[0].Pod.ID != "ns/w1" || d.Evictions[0].Kind != KindBelowMinimum {
+		t.Fatalf("evictions after the grace = %+v, want w1 (gang below minimum)", d.Evictions)
+	}
+	if d := commitAt(c, s, t0.Add(20*time.Second)); len(d.Evictions) != 0 {
+		t.Fatalf("evicted twice: %+v", d.Evictions)
+	}
+}
+
+func TestAGangIncompleteTooLongIsToldOnce(t *testing.T) {
+	c, s := gpuCluster(t, 2, "a")
+	t0 := time.Unix(5000, 0)
+	c.clock = func() time.Time { return t0 }
+	c.SetTimeouts(Timeouts{Incomplete: time.Minute})
+	c.UpsertPod(member("w1", ""))
+	if d := commitAt(c, s, t0.Add(30*time.Second)); len(d.Incomplete) != 0 {
+		t.Fatalf("reported before the timeout: %+v", d.Incomplete)
+	}
+	d := commitAt(c, s, t0.Add(2*time.Minute))
+	if len(d.Incomplete) != 1 || len(d.Incomplete[0].Pods) != 1 {
+		t.Fatalf("incomplete = %+v, want the gang with its one pod", d.Incomplete)
+	}
+	if d := commitAt(c, s, t0.Add(3*time.Minute)); len(d.Incomplete) != 0 {
+		t.Fatalf("reported twice: %+v", d.Incomplete)
+	}
+}

@@ -1,0 +1,51 @@
+package kube
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+
+	"github.com/gantry-dev/gantry/pkg/names"
+)
+
+// ensureDefaultQueue creates the queue that pods with no queue label are charged to,
+// if it does not exist, as the chart does (a top-level queue, no GPU quota, no
+// limit), so that an unlabelled pod is not held back by a missing queue. It is
+// idempotent: a queue that exists, whatever its spec, is left alone, and a scheduler
+// that races another to create it takes AlreadyExists as success. Failure is logged,
+// not fatal: the scheduler works without it, charging such pods nowhere.
+func ensureDefaultQueue(ctx context.Context, dyn dynamic.Interface, name string) {
+	queues := dyn.Resource(names.QueueGVR)
+	if _, err := queues.Get(ctx, name, metav1.GetOptions{}); err == nil {
+		return
+	} else if !apierrors.IsNotFound(err) {
+		klog.InfoS("Cannot read the default queue; not creating it", "queue", name, "err", err)
+		return
+	}
+	q := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": names.QueueGVR.GroupVersion().String(),
+		"kind":       "Queue",
+		"metadata": map[string]any{
+			"name": name,
+			// Valid by construction (a top-level queue): the Queue webhook, which
+			// this process may not serve yet, leaves it alone.
+			"labels": map[string]any{names.LabelQueueValidation: "skip"},
+		},
+		"spec": map[string]any{
+			"displayName": "Default",
+			"resources":   map[string]any{"gpu": map[string]any{"quota": int64(0), "limit": int64(-1)}},
+		},
+	}}
+	_, err := queues.Create(ctx, q, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		klog.InfoS("Created the default queue", "queue", name)
+	case apierrors.IsAlreadyExists(err):
+	default:
+		klog.InfoS("Cannot create the default queue; pods with no queue are charged nowhere", "queue", name, "err", err)
+	}
+}

@@ -1,0 +1,381 @@
+// Package dispatch is the scheduler's loop and its I/O: it runs a cycle over the
+// cache (cache.Prepare, then cache.Commit), and carries out what was committed: the
+// Bindings (binder), the evictions (evictor), nominations, and pods' pending reasons
+// and Events (statusWriter). It decides nothing itself: the core decides, the cache
+// records, dispatch talks to the API server and tells the cache what the API said.
+//
+// It must not read the cache's state other than through its methods, and must not
+// import the informers or the reporters.
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/kube/metrics"
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/placement"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+)
+
+// Options tune the loop that runs cycles and carries out their plans.
+type Options struct {
+	// BindWorkers is how many Binding calls are in flight at once.
+	BindWorkers int
+	// EvictionQPS and EvictionBurst bound the rate of evictions.
+	EvictionQPS   float32
+	EvictionBurst int
+	// Resync is the period of the backstop cycle that runs with no event.
+	Resync time.Duration
+	// Debounce is how long a cycle waits after the first event, so that a burst of
+	// creations is scheduled in one cycle rather than one cycle per pod.
+	Debounce time.Duration
+	// BindBackoff and MaxBindBackoff bound the exponential backoff of a gang whose
+	// binds failed; Pause is the first pause of all cycles when the API server is
+	// unreachable (doubling to MaxBindBackoff).
+	BindBackoff, MaxBindBackoff, Pause time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.BindWorkers <= 0 {
+		o.BindWorkers = 64
+	}
+	if o.EvictionQPS <= 0 {
+		o.EvictionQPS = 10
+	}
+	if o.EvictionBurst <= 0 {
+		o.EvictionBurst = 20
+	}
+	if o.Resync <= 0 {
+		o.Resync = time.Second
+	}
+	if o.Debounce <= 0 {
+		o.Debounce = 5 * time.Millisecond
+	}
+	if o.BindBackoff <= 0 {
+		o.BindBackoff = time.Second
+	}
+	if o.MaxBindBackoff <= 0 {
+		o.MaxBindBackoff = time.Minute
+	}
+	if o.Pause <= 0 {
+		o.Pause = 500 * time.Millisecond
+	}
+}
+
+// Runner runs scheduling cycles over the cache and carries out the plans: binds,
+// evictions, nominations and pending reasons.
+type Runner struct {
+	cache    *cache.Cache
+	sched    *scheduler.Scheduler
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	binder   *binder
+	evictor  *evictor
+	status   *statusWriter
+	metrics  *metrics.Metrics
+	opts     Options
+
+	mu         sync.Mutex
+	nominated  map[model.PodID]string
+	lastReason map[model.GangID]string
+	pending    map[model.GangID]scheduler.Pending
+	// bindFailures counts each gang's failed bind rounds since its last success,
+	// for its backoff.
+	bindFailures map[model.GangID]int
+	// pausedUntil stops cycles while the API server is unreachable; pauses counts
+	// the pauses in a row.
+	pausedUntil time.Time
+	pauses      int
+}
+
+// New wires a runner.
+func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface, recorder record.EventRecorder, m *metrics.Metrics, opts Options) *Runner {
+	opts.defaults()
+	return &Runner{
+		cache:        c,
+		sched:        sched,
+		client:       client,
+		recorder:     recorder,
+		binder:       newBinder(client, opts.BindWorkers),
+		evictor:      newEvictor(client, recorder, opts.EvictionQPS, opts.EvictionBurst),
+		status:       newStatusWriter(client, recorder, 8),
+		metrics:      m,
+		opts:         opts,
+		nominated:    map[model.PodID]string{},
+		lastReason:   map[model.GangID]string{},
+		pending:      map[model.GangID]scheduler.Pending{},
+		bindFailures: map[model.GangID]int{},
+	}
+}
+
+// Run schedules until ctx ends: a cycle after every burst of changes, and one every
+// Resync as a backstop; none while the API server is unreachable.
+func (r *Runner) Run(ctx context.Context) {
+	tick := time.NewTicker(r.opts.Resync)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.cache.Changed():
+			time.Sleep(r.opts.Debounce)
+		case <-tick.C:
+		}
+		if wait := r.paused(); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		r.Cycle(ctx)
+	}
+}
+
+// Cycle runs one scheduling cycle and starts carrying out its plan.
+func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
+	start := time.Now()
+	prep := r.cache.Prepare(ctx, start, r.sched.ScheduleSkipping)
+	if prep.AskedDRA {
+		r.metrics.ObserveDRA(prep.DRA)
+	}
+	d := r.cache.Commit(prep.Plan, start)
+	r.metrics.ObserveCycle(time.Since(start))
+
+	for _, b := range d.Batches {
+		go r.bindBatch(ctx, b)
+	}
+	r.evict(ctx, d.Evictions)
+	for _, nom := range d.Nominations {
+		for _, pl := range nom.Placements {
+			r.nominate(ctx, pl)
+		}
+	}
+	r.mu.Lock()
+	for _, g := range d.Gone {
+		delete(r.pending, g)
+		delete(r.lastReason, g)
+		delete(r.bindFailures, g)
+	}
+	for _, b := range d.Batches {
+		delete(r.pending, b.Gang)
+	}
+	for _, pd := range d.Pending {
+		r.pending[pd.Gang] = pd.Pending
+	}
+	r.mu.Unlock()
+	for _, pd := range d.Pending {
+		r.explainPending(ctx, pd)
+	}
+	for _, pd := range d.Incomplete {
+		klog.InfoS("Gang incomplete for too long", "gang", pd.Gang, "reason", pd.Reason)
+		for _, p := range pd.Pods {
+			if !p.Bound() {
+				r.status.pending(ctx, p, names.ConditionGangIncomplete, names.EventGangIncomplete, pd.Reason)
+			} else {
+				r.status.event(p, corev1.EventTypeWarning, names.EventGangIncomplete, pd.Reason)
+			}
+		}
+	}
+	return prep.Plan
+}
+
+// Pending returns why a gang was left pending by the last cycle, if it was.
+func (r *Runner) Pending(g model.GangID) (scheduler.Pending, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pd, ok := r.pending[g]
+	return pd, ok
+}
+
+func (r *Runner) nominate(ctx context.Context, pl placement.Placement) {
+	r.mu.Lock()
+	same := r.nominated[pl.Pod] == pl.Node
+	r.nominated[pl.Pod] = pl.Node
+	r.mu.Unlock()
+	if same {
+		return
+	}
+	ns, name := splitID(pl.Pod)
+	go func() {
+		if err := patchNominatedNode(ctx, r.client, ns, name, pl.Node); err != nil {
+			klog.V(2).InfoS("Nominate", "pod", pl.Pod, "node", pl.Node, "err", err)
+		}
+	}()
+}
+
+// explainPending writes why a gang waits on its pods (PodScheduled=False and an
+// Event), only when the reason changed.
+func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
+	r.mu.Lock()
+	same := r.lastReason[pd.Gang] == pd.Reason
+	r.lastReason[pd.Gang] = pd.Reason
+	r.mu.Unlock()
+	if same {
+		return
+	}
+	r.metrics.ObservePending(string(pd.Kind))
+	msg := pd.Reason
+	if len(pd.Pods) > 1 {
+		msg = fmt.Sprintf("gang %s: %s", pd.Gang, pd.Reason)
+	}
+	for _, p := range pd.Pods {
+		r.status.pending(ctx, p, corev1.PodReasonUnschedulable, names.EventFailedScheduling, msg)
+	}
+}
+
+// evict carries out a cycle's evictions, one group per preemptor, each all or none
+// (evictor.evictFor), in the background. Victims not evicted run on: the cache
+// counts them as running again.
+func (r *Runner) evict(ctx context.Context, victims []cache.Victim) {
+	byPreemptor := map[model.GangID][]cache.Victim{}
+	var order []model.GangID
+	for _, v := range victims {
+		if _, ok := byPreemptor[v.Preemptor]; !ok {
+			order = append(order, v.Preemptor)
+		}
+		byPreemptor[v.Preemptor] = append(byPreemptor[v.Preemptor], v)
+	}
+	for _, g := range order {
+		vs := byPreemptor[g]
+		go func() {
+			needed := func() bool { return r.cache.NeedsVictims(g) }
+			if vs[0].Kind == cache.KindBelowMinimum {
+				// The gang's own members, evicted so that it restarts whole: needed
+				// whatever happens to the rest of the cluster.
+				needed = func() bool { return true }
+				klog.InfoS("Gang below its minimum; evicting the rest", "gang", g, "pods", len(vs), "reason", vs[0].Reason)
+			}
+			evicted, kept, err := r.evictor.evictFor(ctx, vs, needed)
+			for _, v := range kept {
+				r.cache.UnmarkTerminating(v.Pod.ID)
+			}
+			if err != nil {
+				klog.InfoS("Evictions not issued", "preemptor", g, "victims", len(kept), "reason", err)
+			}
+			for _, v := range evicted {
+				r.metrics.ObserveEviction(v.Kind, v.GPUMemory)
+			}
+		}()
+	}
+}
+
+// paused is how long cycles must still wait for the API server to be reachable.
+func (r *Runner) paused() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Until(r.pausedUntil)
+}
+
+// pause stops cycles for a while after an error that says the API server cannot be
+// reached, doubling while it stays unreachable, so that a failing API server is not
+// sent a burst of retries.
+func (r *Runner) pause() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := min(r.opts.Pause<<min(r.pauses, 16), r.opts.MaxBindBackoff)
+	r.pauses++
+	r.pausedUntil = time.Now().Add(d)
+	klog.InfoS("API server unreachable; pausing scheduling", "for", d)
+}
+
+// backoff holds a gang back after a failed bind round: BindBackoff, doubling with
+// every round that fails in a row, up to MaxBindBackoff.
+func (r *Runner) backoff(g model.GangID) {
+	r.mu.Lock()
+	n := r.bindFailures[g]
+	r.bindFailures[g] = n + 1
+	r.mu.Unlock()
+	r.cache.Backoff(g, time.Now().Add(min(r.opts.BindBackoff<<min(n, 16), r.opts.MaxBindBackoff)))
+}
+
+// bindBatch binds one gang and tells the cache what the API said of each pod.
+func (r *Runner) bindBatch(ctx context.Context, b cache.Batch) {
+	start := time.Now()
+	results, err := r.binder.bindGang(ctx, b.Reqs, b.Min)
+	nBound, nFailed, down := 0, 0, false
+	created := make([]int64, 0, len(results))
+	for _, res := range results {
+		created = append(created, res.req.Pod.CreatedAt)
+		switch res.outcome {
+		case bound:
+			nBound++
+		case failed:
+			nFailed++
+			r.cache.Forget(res.req.Pod.ID)
+		case elsewhere:
+			// Bound by someone else (or by us, to another node, before a restart):
+			// the API's word replaces the assumption at once.
+			nFailed++
+			r.cache.UpsertPod(res.pod)
+		case uncertain:
+			go r.resolve(ctx, res.req)
+		case rolledBack:
+			nFailed++
+		}
+		if res.err != nil && unreachable(res.err) {
+			down = true
+		}
+	}
+	r.metrics.ObserveBinds(nBound, nFailed, time.Since(start), created)
+	r.mu.Lock()
+	delete(r.lastReason, b.Gang)
+	for _, res := range results {
+		if res.outcome == bound {
+			delete(r.nominated, res.req.Pod.ID)
+		}
+	}
+	if err == nil {
+		delete(r.bindFailures, b.Gang)
+		r.pauses = 0
+	}
+	r.mu.Unlock()
+	if err == nil {
+		return
+	}
+	klog.ErrorS(err, "Bind gang", "gang", b.Gang)
+	r.backoff(b.Gang)
+	if down {
+		r.pause()
+	}
+	for _, res := range results {
+		if res.outcome == failed {
+			r.status.pending(ctx, res.req.Pod, names.EventBindFailed, names.EventFailedScheduling, err.Error())
+		}
+	}
+}
+
+// resolve asks the API, until it answers, where a pod whose Binding had no answer
+// is. Until then the pod stays assumed on its node: its GPUs are given to no one.
+func (r *Runner) resolve(ctx context.Context, req cache.BindRequest) {
+	delay := r.opts.BindBackoff
+	for {
+		res := r.binder.settle(ctx, req, nil)
+		switch res.outcome {
+		case bound:
+			return // the informer confirms it
+		case failed:
+			r.cache.Forget(req.Pod.ID)
+			return
+		case elsewhere:
+			r.cache.UpsertPod(res.pod)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, r.opts.MaxBindBackoff)
+	}
+}

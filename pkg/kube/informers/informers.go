@@ -1,0 +1,235 @@
+// Package informers feeds the cache from the API server: one informer per kind, each
+// through the one generic handler helper on, with pods and nodes slimmed to what the
+// scheduler reads, and an ObjectLookup of the gang owners (RayCluster, RayJob,
+// RayService, PodGroup) for pkg/gang.
+//
+// It translates nothing itself: every event goes to one cache method. It must not
+// import the dispatcher or the reporters, and writes nothing to the API.
+package informers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	schedv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/apis/scheduling/convert"
+	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	gcache "github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
+)
+
+// Informers feeds a cache.Cache from the API server.
+type Informers struct {
+	core    informers.SharedInformerFactory
+	dynamic dynamicinformer.DynamicSharedInformerFactory
+	synced  []cache.InformerSynced
+	Lookup  *ObjectLookup
+}
+
+// NewInformers registers every informer the scheduler needs. Kinds whose API is not
+// served (KubeRay not installed, say) are skipped with a log line, so the scheduler
+// works without them; it picks them up on restart.
+func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lookup *ObjectLookup) (*Informers, error) {
+	inf := &Informers{
+		core:    informers.NewSharedInformerFactory(client, 0),
+		dynamic: dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
+		Lookup:  lookup,
+	}
+	pods := inf.core.Core().V1().Pods().Informer()
+	if err := pods.SetTransform(slimPod); err != nil {
+		return nil, err
+	}
+	nodes := inf.core.Core().V1().Nodes().Informer()
+	if err := nodes.SetTransform(slimNode); err != nil {
+		return nil, err
+	}
+	// Wait for the handlers to have seen the first list, not only the informers:
+	// a first cycle on a half-filled cache would report gangs as incomplete.
+	add := func(reg cache.ResourceEventHandlerRegistration, err error) error {
+		if err == nil {
+			inf.synced = append(inf.synced, reg.HasSynced)
+		}
+		return err
+	}
+	errs := []error{
+		add(on(pods, c.UpsertPod, func(p *corev1.Pod) { c.DeletePod(p.Namespace, p.Name) })),
+		add(on(nodes, c.UpsertNode, func(n *corev1.Node) { c.DeleteNode(n.Name) })),
+		add(on(inf.core.Scheduling().V1().PriorityClasses().Informer(),
+			func(pc *schedv1.PriorityClass) { upsertPriorityClass(c, pc) },
+			func(pc *schedv1.PriorityClass) { c.DeletePriorityClass(pc.Name); c.RegroupAll("") })),
+	}
+	served := servedResources(client)
+	dra := names.ResourceGroupVersion
+	if served[dra.WithResource("resourceslices")] {
+		errs = append(errs, add(on(inf.core.Resource().V1().ResourceSlices().Informer(), c.UpsertSlice, c.DeleteSlice)))
+	}
+	if served[dra.WithResource("deviceclasses")] {
+		errs = append(errs, add(on(inf.core.Resource().V1().DeviceClasses().Informer(), c.UpsertDeviceClass,
+			func(dc *resourceapi.DeviceClass) { c.DeleteDeviceClass(dc.Name) })))
+	}
+	if served[dra.WithResource("resourceclaims")] {
+		errs = append(errs, add(on(inf.core.Resource().V1().ResourceClaims().Informer(), c.UpsertClaim,
+			func(cl *resourceapi.ResourceClaim) { c.DeleteClaim(cl.Namespace, cl.Name) })))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := inf.watchCustom(c, lookup, served, add); err != nil {
+		return nil, err
+	}
+	return inf, nil
+}
+
+// watchCustom watches Gantry's and KubeRay's resources that the API server serves:
+// Queues, GPUNodes, and the gang owners the ObjectLookup holds.
+func (inf *Informers) watchCustom(c *gcache.Cache, lookup *ObjectLookup, served map[schema.GroupVersionResource]bool,
+	add func(cache.ResourceEventHandlerRegistration, error) error) error {
+	watch := func(gvr schema.GroupVersionResource, upsert func(*unstructured.Unstructured), remove func(*unstructured.Unstructured)) error {
+		if !served[gvr] {
+			klog.InfoS("API not served; not watching it", "resource", gvr.String())
+			return nil
+		}
+		return add(on(inf.dynamic.ForResource(gvr).Informer(), upsert, remove))
+	}
+	queues := map[string]*model.Queue{}
+	var queuesMu sync.Mutex
+	setQueues := func(u *unstructured.Unstructured, present bool) {
+		queuesMu.Lock()
+		defer queuesMu.Unlock()
+		if present {
+			q := &schedulingv1alpha1.Queue{}
+			if err := fromUnstructured(u, q); err != nil {
+				klog.ErrorS(err, "Read Queue", "queue", u.GetName())
+				return
+			}
+			queues[q.Name] = convert.Queue(q)
+		} else {
+			delete(queues, u.GetName())
+		}
+		cp := make(map[string]*model.Queue, len(queues))
+		for k, v := range queues {
+			cp[k] = v
+		}
+		c.SetQueues(cp)
+	}
+	errs := []error{
+		watch(names.QueueGVR, func(u *unstructured.Unstructured) { setQueues(u, true) }, func(u *unstructured.Unstructured) { setQueues(u, false) }),
+		watch(names.GPUNodeGVR, func(u *unstructured.Unstructured) { upsertGPUNode(c, u) }, func(u *unstructured.Unstructured) { c.SetLive(u.GetName(), nil) }),
+		watch(names.PodGroupGVR, lookupUpsert[schedulingv1alpha1.PodGroup](c, lookup.podGroups), lookupRemove(c, lookup.podGroups)),
+		watch(names.RayClusterGVR, lookupUpsert[rayv1.RayCluster](c, lookup.rayClusters), lookupRemove(c, lookup.rayClusters)),
+		watch(names.RayJobGVR, lookupUpsert[rayv1.RayJob](c, lookup.rayJobs), lookupRemove(c, lookup.rayJobs)),
+		watch(names.RayServiceGVR, lookupUpsert[rayv1.RayService](c, lookup.rayServices), lookupRemove(c, lookup.rayServices)),
+	}
+	return errors.Join(errs...)
+}
+
+// Start starts the informers and waits for their first lists.
+func (inf *Informers) Start(ctx context.Context) error {
+	inf.core.Start(ctx.Done())
+	inf.dynamic.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.synced...) {
+		return fmt.Errorf("informers did not sync")
+	}
+	return nil
+}
+
+// on registers the one handler every informer uses: adds and updates go to upsert,
+// deletes (tombstones unwrapped) to remove; objects of another type are ignored.
+func on[T any](i cache.SharedIndexInformer, upsert, remove func(T)) (cache.ResourceEventHandlerRegistration, error) {
+	return i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok {
+				upsert(o)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if o, ok := obj.(T); ok {
+				upsert(o)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if o, ok := obj.(T); ok {
+				remove(o)
+			}
+		},
+	})
+}
+
+func fromUnstructured(u *unstructured.Unstructured, into any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), into)
+}
+
+// servedResources asks discovery which of the resources the scheduler may watch the
+// API server serves.
+func servedResources(client kubernetes.Interface) map[schema.GroupVersionResource]bool {
+	out := map[schema.GroupVersionResource]bool{}
+	for _, gv := range []schema.GroupVersion{
+		names.QueueGVR.GroupVersion(), names.GPUNodeGVR.GroupVersion(), names.RayClusterGVR.GroupVersion(), names.ResourceGroupVersion,
+	} {
+		list, err := client.Discovery().ServerResourcesForGroupVersion(gv.String())
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				out[gv.WithResource(r.Name)] = true
+			}
+		}
+	}
+	return out
+}
+
+func upsertPriorityClass(c *gcache.Cache, pc *schedv1.PriorityClass) {
+	var preemptible *bool
+	// The label wins over the annotation: it is applied last.
+	for _, m := range []map[string]string{pc.Annotations, pc.Labels} {
+		switch m[names.LabelPreemptible] {
+		case "true":
+			t := true
+			preemptible = &t
+		case "false":
+			f := false
+			preemptible = &f
+		}
+	}
+	c.UpsertPriorityClass(pc.Name, pc.Value, preemptible)
+	c.RegroupAll("")
+}
+
+func upsertGPUNode(c *gcache.Cache, u *unstructured.Unstructured) {
+	gn := &gpuv1alpha1.GPUNode{}
+	if err := fromUnstructured(u, gn); err != nil {
+		klog.ErrorS(err, "Read GPUNode", "node", u.GetName())
+		return
+	}
+	live := map[string]gcache.LiveGPU{}
+	for _, g := range gn.Status.GPUs {
+		l := gcache.LiveGPU{FreeBytes: model.UnknownBytes, Healthy: g.Health != gpuv1alpha1.Unhealthy}
+		if g.MemoryFree != nil {
+			l.FreeBytes = g.MemoryFree.Value()
+		}
+		live[g.UUID] = l
+	}
+	c.SetLive(gn.Name, live)
+}

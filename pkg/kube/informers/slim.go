@@ -1,0 +1,75 @@
+package informers
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// slimPod is the informer transform for pods: it keeps only what the scheduler reads,
+// so that pods with large environments, volumes or probes do not grow the heap with
+// the cluster (PITFALLS: heap growth to 3 GiB from whole Pod objects).
+func slimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{TypeMeta: pod.TypeMeta}
+	out.ObjectMeta = pod.ObjectMeta
+	out.ManagedFields = nil
+	delete(out.Annotations, corev1.LastAppliedConfigAnnotation)
+	out.Spec = corev1.PodSpec{
+		SchedulerName:     pod.Spec.SchedulerName,
+		NodeName:          pod.Spec.NodeName,
+		NodeSelector:      pod.Spec.NodeSelector,
+		Affinity:          slimAffinity(pod.Spec.Affinity),
+		Tolerations:       pod.Spec.Tolerations,
+		Priority:          pod.Spec.Priority,
+		PriorityClassName: pod.Spec.PriorityClassName,
+		Overhead:          pod.Spec.Overhead,
+		ResourceClaims:    pod.Spec.ResourceClaims,
+		SchedulingGates:   pod.Spec.SchedulingGates,
+		Resources:         pod.Spec.Resources,
+		Containers:        slimContainers(pod.Spec.Containers),
+		InitContainers:    slimContainers(pod.Spec.InitContainers),
+	}
+	out.Status = corev1.PodStatus{
+		Phase:                 pod.Status.Phase,
+		NominatedNodeName:     pod.Status.NominatedNodeName,
+		Conditions:            pod.Status.Conditions,
+		ResourceClaimStatuses: pod.Status.ResourceClaimStatuses,
+	}
+	return out, nil
+}
+
+// slimContainers keeps names and resources (and the restart policy that marks a
+// sidecar, which changes how init containers count).
+func slimContainers(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy}
+	}
+	return out
+}
+
+func slimAffinity(a *corev1.Affinity) *corev1.Affinity {
+	if a == nil || a.NodeAffinity == nil {
+		return nil
+	}
+	return &corev1.Affinity{NodeAffinity: a.NodeAffinity}
+}
+
+// slimNode keeps labels, taints, allocatable and the unschedulable flag.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{TypeMeta: n.TypeMeta, ObjectMeta: n.ObjectMeta}
+	out.ManagedFields = nil
+	out.Annotations = nil
+	out.Spec = corev1.NodeSpec{Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable}
+	out.Status = corev1.NodeStatus{Allocatable: n.Status.Allocatable}
+	return out, nil
+}

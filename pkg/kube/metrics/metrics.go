@@ -1,0 +1,143 @@
+// Package metrics registers the scheduler's gantry_scheduler_* and gantry_queue_*
+// series and records into them. Callers pass plain counts, durations and names: it
+// must not import the cache, the dispatcher or the core, so that it cannot reach into
+// their state. A nil *Metrics records nothing.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the scheduler's gantry_scheduler_* series.
+type Metrics struct {
+	cycleSeconds       prometheus.Histogram
+	draSeconds         prometheus.Histogram
+	podBindSeconds     prometheus.Histogram
+	gangBindSeconds    prometheus.Histogram
+	podsScheduled      prometheus.Counter
+	gangsScheduled     prometheus.Counter
+	bindFailures       prometheus.Counter
+	pendingByReason    *prometheus.CounterVec
+	preemptions        *prometheus.CounterVec
+	preemptedGPUMemory *prometheus.CounterVec
+	queueFairShare     *prometheus.GaugeVec
+	queueAllocated     *prometheus.GaugeVec
+	queueLimit         *prometheus.GaugeVec
+	queueQuota         *prometheus.GaugeVec
+}
+
+// New registers the scheduler's metrics with reg. pendingKinds are the kinds of
+// reasons a gang waits, whose series exist from the start.
+func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
+	latency := prometheus.ExponentialBuckets(0.0005, 2, 16)
+	m := &Metrics{
+		cycleSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_cycle_duration_seconds", Help: "Time to compute one scheduling cycle's plan.", Buckets: latency}),
+		draSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_dra_allocator_duration_seconds", Help: "Time a cycle spent asking the structured DRA allocator about claims pkg/placement does not place itself (part of the cycle's time).", Buckets: latency}),
+		podBindSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_pod_scheduling_duration_seconds", Help: "Time from a pod's creation to its successful binding.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
+		gangBindSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_gang_binding_duration_seconds", Help: "Time to bind every member of a gang.", Buckets: latency}),
+		podsScheduled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gantry_scheduler_pods_scheduled_total", Help: "Pods bound."}),
+		gangsScheduled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gantry_scheduler_gangs_scheduled_total", Help: "Gangs whose minimum was bound."}),
+		bindFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gantry_scheduler_bind_failures_total", Help: "Pods whose binding failed."}),
+		pendingByReason: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_unschedulable_gangs_total", Help: "Times a gang was left pending, by reason kind."}, []string{"reason"}),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_preemption_victims_total", Help: "Pods evicted to make room, by kind (preempt or reclaim)."}, []string{"kind"}),
+		preemptedGPUMemory: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_preempted_gpu_memory_bytes_total", Help: "GPU memory freed by evictions, by kind."}, []string{"kind"}),
+		queueFairShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gantry_queue_fair_share", Help: "A queue's fair share of a resource (GPUs, millicores, bytes)."}, []string{"queue", "resource"}),
+		queueAllocated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gantry_queue_allocated", Help: "What a queue's pods hold of a resource."}, []string{"queue", "resource"}),
+		queueLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gantry_queue_limit", Help: "A queue's limit on a resource (-1 for none)."}, []string{"queue", "resource"}),
+		queueQuota: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gantry_queue_quota", Help: "A queue's guaranteed quota of a resource (-1 for unlimited)."}, []string{"queue", "resource"}),
+	}
+	// Series with labels exist from the start, at zero, so that dashboards and alerts
+	// see "none yet" rather than "no data".
+	for _, kind := range []string{"preempt", "reclaim"} {
+		m.preemptions.WithLabelValues(kind)
+		m.preemptedGPUMemory.WithLabelValues(kind)
+	}
+	for _, k := range pendingKinds {
+		m.pendingByReason.WithLabelValues(k)
+	}
+	reg.MustRegister(m.cycleSeconds, m.draSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
+		m.bindFailures, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
+		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota)
+	return m
+}
+
+// ObserveDRA records the time a cycle spent in the structured allocator.
+func (m *Metrics) ObserveDRA(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.draSeconds.Observe(d.Seconds())
+}
+
+// ObserveCycle records one cycle's time.
+func (m *Metrics) ObserveCycle(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.cycleSeconds.Observe(d.Seconds())
+}
+
+// ObserveBinds records one gang's binding: how many pods were bound and failed, the
+// time it took, and when each pod was created (Unix seconds, 0 when unknown).
+func (m *Metrics) ObserveBinds(bound, failed int, d time.Duration, createdAt []int64) {
+	if m == nil {
+		return
+	}
+	m.podsScheduled.Add(float64(bound))
+	m.bindFailures.Add(float64(failed))
+	if failed == 0 && bound > 0 {
+		m.gangsScheduled.Inc()
+		m.gangBindSeconds.Observe(d.Seconds())
+	}
+	now := time.Now().Unix()
+	for _, t := range createdAt {
+		if t > 0 {
+			m.podBindSeconds.Observe(float64(now - t))
+		}
+	}
+}
+
+// ObserveEviction records one victim evicted, by kind ("preempt" or "reclaim"), and
+// the GPU memory it freed.
+func (m *Metrics) ObserveEviction(kind string, gpuMemoryBytes int64) {
+	if m == nil {
+		return
+	}
+	m.preemptions.WithLabelValues(kind).Inc()
+	m.preemptedGPUMemory.WithLabelValues(kind).Add(float64(gpuMemoryBytes))
+}
+
+// ObservePending records a gang left pending, by the kind of its reason.
+func (m *Metrics) ObservePending(kind string) {
+	if m == nil {
+		return
+	}
+	m.pendingByReason.WithLabelValues(kind).Inc()
+}
+
+// SetQueue records a queue's figures for one resource.
+func (m *Metrics) SetQueue(queue, resource string, allocated, fairShare, limit, quota float64) {
+	if m == nil {
+		return
+	}
+	m.queueAllocated.WithLabelValues(queue, resource).Set(allocated)
+	m.queueFairShare.WithLabelValues(queue, resource).Set(fairShare)
+	m.queueLimit.WithLabelValues(queue, resource).Set(limit)
+	m.queueQuota.WithLabelValues(queue, resource).Set(quota)
+}

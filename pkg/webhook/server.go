@@ -1,0 +1,71 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+
+	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
+)
+
+// Webhook paths, as the webhook configurations name them.
+const (
+	ValidateQueuePath = "/validate-queue"
+	DefaultPodPath    = "/default-pod"
+)
+
+// Serve serves the Queue validating webhook and the pod defaulting webhook
+// over TLS (tls.crt and tls.key in certDir) until ctx ends. It returns once the
+// listener is open.
+func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) error {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, "tls.crt"), filepath.Join(certDir, "tls.key"))
+	if err != nil {
+		return fmt.Errorf("webhook certificate: %w", err)
+	}
+	listQueues := func(ctx context.Context) ([]schedulingv1alpha1.Queue, error) {
+		list, err := dyn.Resource(names.QueueGVR).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]schedulingv1alpha1.Queue, len(list.Items))
+		for i := range list.Items {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &out[i]); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle(ValidateQueuePath, NewQueueValidator(listQueues))
+	mux.Handle(DefaultPodPath, PodDefaulter{})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("webhook listen %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+	}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Webhook server stopped")
+		}
+	}()
+	return nil
+}
