@@ -57,14 +57,12 @@ func TestFragmentation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := compileWorkload(tt.shapes, nil, false, 0)
 			wfit := w.fitWeights(math.MaxInt64, math.MaxInt64, nil)
-			if got := w.fragmentation(tt.slots, false, wfit, unlimited, unlimited); math.Abs(got-tt.want) > 1e-9 {
+			if got := w.fragmentation(tt.slots, false, wfit, math.MaxInt64, math.MaxInt64); math.Abs(got-tt.want) > 1e-9 {
 				t.Fatalf("fragmentation = %v, want %v", got, tt.want)
 			}
 		})
 	}
 }
-
-var unlimited = model.Resources{MilliCPU: math.MaxInt64, MemoryBytes: math.MaxInt64}
 
 func TestFragmentationCountsGPUsStrandedByCPU(t *testing.T) {
 	shapes := []Shape{{Requests: model.Resources{MilliCPU: 8000}, GPU: model.GPUDemand{Count: 1}, Weight: 1}}
@@ -72,51 +70,12 @@ func TestFragmentationCountsGPUsStrandedByCPU(t *testing.T) {
 	slots := []gpuSlot{{memory: 1000, free: 1000, idle: true}, {memory: 1000, free: 1000, idle: true}}
 	// 8 cores feed one of the two idle GPUs at the mix's 8 cores per GPU.
 	wfit := w.fitWeights(8000, math.MaxInt64, nil)
-	node := model.Resources{MilliCPU: 16000, MemoryBytes: math.MaxInt64}
-	if got := w.fragmentation(slots, false, wfit, model.Resources{MilliCPU: 8000, MemoryBytes: math.MaxInt64}, node); got != 1000 {
+	if got := w.fragmentation(slots, false, wfit, 8000, math.MaxInt64); got != 1000 {
 		t.Fatalf("fragmentation with CPU for one GPU = %v, want 1000", got)
 	}
 	wfit = w.fitWeights(16000, math.MaxInt64, nil)
-	if got := w.fragmentation(slots, false, wfit, node, node); got != 0 {
+	if got := w.fragmentation(slots, false, wfit, 16000, math.MaxInt64); got != 0 {
 		t.Fatalf("fragmentation with CPU for both GPUs = %v, want 0", got)
-	}
-}
-
-// TestStrandedTermLeavesTheNodesOwnShare: a node with 8 cores for 2 GPUs, under a
-// mix of 8 cores per GPU, strands one GPU when empty; that is its hardware, not a
-// placement. Empty it counts nothing; with one GPU taken by a pod with no CPU, the
-// other is fed and nothing is stranded either; with all its CPU taken and both GPUs
-// free, the GPU its hardware would feed is stranded.
-func TestStrandedTermLeavesTheNodesOwnShare(t *testing.T) {
-	shapes := []Shape{{Requests: model.Resources{MilliCPU: 8000}, GPU: model.GPUDemand{Count: 1}, Weight: 1}}
-	w := compileWorkload(shapes, nil, false, 1)
-	node := model.Resources{MilliCPU: 8000, MemoryBytes: math.MaxInt64}
-	idle := gpuSlot{memory: 1000, free: 1000, idle: true}
-	both := []gpuSlot{idle, idle}
-	if got := w.stranded(both, 2000, node, node); got != 0 {
-		t.Errorf("empty CPU-poor node strands %v, want 0 (its own share)", got)
-	}
-	if got := w.stranded([]gpuSlot{{memory: 1000}, idle}, 1000, node, node); got != 0 {
-		t.Errorf("one GPU taken without CPU: stranded %v, want 0", got)
-	}
-	if got := w.stranded(both, 2000, model.Resources{MemoryBytes: math.MaxInt64}, node); got != 1000 {
-		t.Errorf("all CPU taken, both GPUs free: stranded %v, want 1000 (the GPU the node could feed)", got)
-	}
-	// The placer does not break up an empty CPU-poor node for a pod that needs no
-	// CPU: counting the node's own share as stranded, taking one of its GPUs would
-	// "unstrand" a GPU and win over a node with CPU to spare for its GPUs.
-	used := gpuNode("used", 4, "A", 1000)
-	used.Allocatable.MilliCPU = 32000
-	poor := gpuNode("poor", 4, "A", 1000)
-	poor.Allocatable.MilliCPU = 16000
-	v := NewView(snapshotOf(poor, used))
-	first := gpuPod("first", 1, 0, 0)
-	v.Assign(first, Placement{Pod: first.ID, Node: "used", GPUs: []model.GPUBinding{{Index: 0, Whole: true, MemoryBytes: 1000}}})
-	p, _ := New("")
-	p.SetWorkload(shapes)
-	pl, u := p.PlacePod(v, gpuPod("small", 1, 0, 0))
-	if u != nil || pl.Node != "used" {
-		t.Fatalf("a 1-GPU pod with no CPU went to %q (%v), want used: the empty node must stay whole", pl.Node, u)
 	}
 }
 

@@ -263,12 +263,11 @@ func loadSlots(n *model.Node, buf []gpuSlot) []gpuSlot {
 // node's free CPU and memory.
 //
 // With a strandedWeight, it adds the free GPU capacity that the node's free CPU and
-// memory could not feed at the mix's CPU and memory per GPU, beyond what the node's
-// own hardware strands (see stranded). Published FGD sees CPU only when it runs out
-// for the next pod; this term sees it running out for the pods after that, so
-// CPU-hungry pods go where CPU is plentiful relative to GPUs and GPUs are not left
-// on nodes whose CPU is gone. alloc is the node's allocatable CPU and memory.
-func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64, free, alloc model.Resources) float64 {
+// memory could not feed at the mix's CPU and memory per GPU. Published FGD sees CPU
+// only when it runs out for the next pod; this term sees it running out for the
+// pods after that, so CPU-hungry pods go where CPU is plentiful relative to GPUs
+// and GPUs are not left on nodes whose CPU is gone.
+func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64, freeMilliCPU, freeMemoryBytes int64) float64 {
 	var total float64
 	for i := range slots {
 		total += slots[i].milli()
@@ -278,7 +277,13 @@ func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64
 	}
 	var frag float64
 	if w.strandedWeight > 0 && w.cpuPerMilli > 0 {
-		frag += w.strandedWeight * w.stranded(slots, total, free, alloc)
+		fed := float64(max(0, freeMilliCPU)) / w.cpuPerMilli
+		if w.memoryPerMilli > 0 {
+			fed = min(fed, float64(max(0, freeMemoryBytes))/w.memoryPerMilli)
+		}
+		if fed < total {
+			frag += w.strandedWeight * (total - fed)
+		}
 	}
 	for gi := range w.groups {
 		g := &w.groups[gi]
@@ -303,31 +308,4 @@ func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64
 		frag += wfit[gi]*stranded + (g.weight-wfit[gi])*total
 	}
 	return frag
-}
-
-// stranded is the free GPU capacity (total, in milli-GPUs) that the node's free CPU
-// and memory cannot feed at the mix's CPU and memory per GPU, less the node's own
-// share: a node whose hardware has less CPU per GPU than the mix asks for strands
-// part of its GPUs even when empty, and that part, in proportion to the GPU
-// capacity still free, is the hardware's doing, not the placements'. Counting it
-// would reward any pod that takes a GPU from an empty CPU-poor node, which breaks
-// up the whole nodes that multi-GPU pods need (the cluster of the openb trace is
-// mostly 8-GPU nodes with 12 cores per GPU, where its mix asks for 14).
-func (w *workload) stranded(slots []gpuSlot, total float64, free, alloc model.Resources) float64 {
-	fedBy := func(r model.Resources) float64 {
-		fed := float64(max(0, r.MilliCPU)) / w.cpuPerMilli
-		if w.memoryPerMilli > 0 {
-			fed = min(fed, float64(max(0, r.MemoryBytes))/w.memoryPerMilli)
-		}
-		return fed
-	}
-	stranded := total - fedBy(free)
-	if stranded <= 0 {
-		return 0
-	}
-	capacity := float64(len(slots)) * model.MilliPerGPU
-	if own := capacity - fedBy(alloc); own > 0 && capacity > 0 {
-		stranded -= own * total / capacity
-	}
-	return max(0, stranded)
 }
