@@ -13,8 +13,10 @@ import (
 )
 
 // ensureDefaultQueue creates the queue that pods with no queue label are charged to,
-// if it does not exist, as the chart does (a top-level queue, no GPU quota, no
-// limit), so that an unlabelled pod is not held back by a missing queue. It is
+// if it does not exist: a top-level queue with unlimited quota and no limit, as KAI
+// Scheduler's default queue, so that an unlabelled pod, preemptible or not, is held
+// back neither by a missing queue nor by a quota of 0 (non-preemptible work may not
+// borrow). It is
 // idempotent: a queue that exists, whatever its spec, is left alone, and a scheduler
 // that races another to create it takes AlreadyExists as success. Failure is logged,
 // not fatal: the scheduler works without it, charging such pods nowhere.
@@ -37,7 +39,7 @@ func ensureDefaultQueue(ctx context.Context, dyn dynamic.Interface, name string)
 		},
 		"spec": map[string]any{
 			"displayName": "Default",
-			"resources":   map[string]any{"gpu": map[string]any{"quota": int64(0), "limit": int64(-1)}},
+			"resources":   map[string]any{"gpu": map[string]any{"quota": int64(-1), "limit": int64(-1)}},
 		},
 	}}
 	_, err := queues.Create(ctx, q, metav1.CreateOptions{})
