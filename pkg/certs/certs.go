@@ -200,6 +200,7 @@ func (c *controller) sync(ctx context.Context) (time.Time, error) {
 func (c *controller) ensureSecret(ctx context.Context) (*bundle, error) {
 	secrets := c.client.CoreV1().Secrets(c.opts.Namespace)
 	secret, err := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{})
+	exists := err == nil
 	if apierrors.IsNotFound(err) {
 		secret = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
@@ -216,7 +217,7 @@ func (c *controller) ensureSecret(ctx context.Context) (*bundle, error) {
 		return b, err
 	}
 	secret.Data = b.data()
-	if secret.ResourceVersion == "" {
+	if !exists {
 		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
 	} else {
 		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{})

@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -305,9 +304,15 @@ func TestCreateRaceResolvedByRetry(t *testing.T) {
 			return false, nil, nil
 		}
 		raced = true
-		// The winner writes between the loser's get and create.
-		if _, err := winner.sync(context.Background()); err != nil {
-			t.Fatal(err)
+		// The winner writes between the loser's get and create (through the tracker: the
+		// fake client is locked while a reactor runs).
+		b, _, err := winner.renew(parseBundle(nil))
+		if err != nil {
+			t.Error(err)
+		}
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gantry-scheduler-webhook-tls", Namespace: ns}, Data: b.data()}
+		if err := client.Tracker().Create(corev1.SchemeGroupVersion.WithResource("secrets"), secret, ns); err != nil {
+			t.Error(err)
 		}
 		return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "secrets"}, "gantry-scheduler-webhook-tls")
 	})
@@ -317,6 +322,9 @@ func TestCreateRaceResolvedByRetry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := loser.syncUntilDone(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := winner.sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(filepath.Join(winner.opts.CertDir, "tls.crt"))
@@ -365,12 +373,15 @@ func TestServingTLSConfigReloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	srv.TLS = cfg
-	srv.StartTLS()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	served := func() []byte {
-		conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the served certificate only
+		conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the served certificate only
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,6 +389,9 @@ func TestServingTLSConfigReloads(t *testing.T) {
 		return conn.ConnectionState().PeerCertificates[0].Raw
 	}
 	first := served()
+	if !bytes.Equal(first, parseCerts(secretData(t, client)[KeyTLSCert])[0].Raw) {
+		t.Fatal("the server does not serve the certificate in the cert dir")
+	}
 	clk.t = clk.t.Add(25 * 24 * time.Hour)
 	if _, err := c.sync(ctx); err != nil {
 		t.Fatal(err)
