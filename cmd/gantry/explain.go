@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -31,7 +30,7 @@ func init() {
 	})
 }
 
-func newExplainCmd(kube *genericclioptions.ConfigFlags) *cobra.Command {
+func newExplainCmd(kube *kubeFlags) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "explain POD",

@@ -1,6 +1,6 @@
 // Command gantry is Gantry's command line, built like kubectl: cobra commands, the
 // kubeconfig from --kubeconfig, $KUBECONFIG or ~/.kube/config, --context, and -n with
-// the context's namespace as default (k8s.io/cli-runtime's ConfigFlags). Installed as
+// the context's namespace as default (client-go's clientcmd, as kubectl binds it). Installed as
 // kubectl-gantry on the PATH it is also a kubectl plugin: `kubectl gantry explain POD`.
 //
 // Each subcommand lives in its own file and registers itself in init (see sim.go), so
@@ -21,7 +21,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
 // command is one `gantry NAME` subcommand.
@@ -34,7 +33,7 @@ type command struct {
 	// and already printed.
 	run func(ctx context.Context, args []string) error
 	// cobra, when set, builds the command instead: it gets the kubeconfig flags.
-	cobra func(kube *genericclioptions.ConfigFlags) *cobra.Command
+	cobra func(kube *kubeFlags) *cobra.Command
 }
 
 var commands = map[string]command{}
@@ -69,7 +68,7 @@ func rootName() string {
 
 // newRoot builds the command tree.
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
-	kube := genericclioptions.NewConfigFlags(true)
+	kube := &kubeFlags{}
 	root := &cobra.Command{
 		Use:   rootName(),
 		Short: "Gantry, a GPU-aware batch scheduler for Kubernetes",
@@ -80,7 +79,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	kube.AddFlags(root.PersistentFlags())
+	kube.addFlags(root.PersistentFlags())
 	names := make([]string, 0, len(commands))
 	for name := range commands {
 		names = append(names, name)

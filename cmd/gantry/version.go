@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 )
 
@@ -44,7 +43,7 @@ func buildVersion() versionInfo {
 	return v
 }
 
-func newVersionCmd(*genericclioptions.ConfigFlags) *cobra.Command {
+func newVersionCmd(*kubeFlags) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "version",
