@@ -24,7 +24,7 @@ run() {
 }
 
 out=$(run "$REGISTRY/gantry-scheduler:$VERSION" --help || true)
-if ! grep -q -- "--scheduler-name" <<<"$out"; then
+if ! grep -q -- "-scheduler-name" <<<"$out"; then
   echo "gantry-scheduler --help from its image did not print its flags:"; echo "$out"; exit 1
 fi
 echo "ok: gantry-scheduler starts from $REGISTRY/gantry-scheduler:$VERSION"
