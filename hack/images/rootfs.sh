@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 rm -rf "$dir"
 mkdir -p "$dir"
 # A foreign architecture needs it added first (dpkg --add-architecture arm64).
-(cd "$work" && apt-get download -qq "libc6:$arch" "libc-bin:$arch" >/dev/null)
+(cd "$work" && apt-get download -qq -o APT::Sandbox::User=root "libc6:$arch" "libc-bin:$arch" >/dev/null)
 for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/x"; done
 mkdir -p "$dir/usr/lib" "$dir/usr/sbin" "$dir/etc/ld.so.conf.d" "$dir/tmp"
 # libc6 ships lib* under usr/lib/<triplet> (merged /usr) or lib/<triplet>.
@@ -33,6 +33,6 @@ printf '/usr/lib/%s\n/usr/local/nvidia/lib64\n/usr/local/nvidia/lib\n' "$triplet
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$dir/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' > "$dir/etc/group"
 # Leave out what the agent never uses (locales, docs, gconv modules).
-rm -rf "$dir/usr/share" "$dir/usr/lib/$triplet/gconv"
+rm -rf "$dir/usr/share" "$dir/usr/lib/locale" "$dir/usr/lib/$triplet/gconv"
 # One timestamp for every file: the same packages give the same layer.
 find "$dir" -exec touch -h -d @0 {} +
