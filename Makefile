@@ -19,7 +19,11 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-burst run clean-tools gpu-smoke chaos soak fuzz
+.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-burst run clean-tools gpu-smoke chaos soak fuzz images images-smoke chart-package
+
+# The release version: the chart's appVersion, which is also the images' default tag.
+VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' deploy/helm/gantry/Chart.yaml)
+REGISTRY ?= ghcr.io/gantry-dev
 
 # progress NAME: says which tool a cold build is on and how many are still missing, so
 # that twenty minutes of compiling does not look like a hang.
@@ -80,11 +84,30 @@ $(BIN)/helm: hack/tools/helm/go.mod hack/tools/helm/go.sum
 clean-tools:
 	rm -f $(TOOLS)
 
-## build: the three Gantry binaries into bin/.
+## build: the three Gantry binaries into bin/, and bin/kubectl-gantry (the CLI as a
+## kubectl plugin: `kubectl gantry explain POD`).
 build:
 	$(GO) build -o $(BIN)/gantry-scheduler ./cmd/scheduler
 	$(GO) build -o $(BIN)/gantry-node-agent ./cmd/node-agent
-	$(GO) build -o $(BIN)/gantry ./cmd/gantry
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/gantry ./cmd/gantry
+	ln -sf gantry $(BIN)/kubectl-gantry
+
+## images: the gantry-scheduler and gantry-node-agent images, tagged
+## $(REGISTRY)/NAME:$(VERSION) as the chart expects, with podman, buildah or docker.
+## Offline: binaries built here, the agent's base unpacked from Debian's packages
+## (hack/images). ARCHS="amd64 arm64" builds both.
+images:
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) hack/images/build.sh
+
+## images-smoke: start each binary from its image (after `make images`).
+images-smoke:
+	VERSION=$(VERSION) REGISTRY=$(REGISTRY) hack/images/smoke.sh
+
+## chart-package: the Helm chart as _output/gantry-$(VERSION).tgz (the release pushes
+## it to oci://$(REGISTRY)/charts).
+chart-package: $(BIN)/helm
+	@mkdir -p _output
+	$(BIN)/helm package deploy/helm/gantry --version $(VERSION) --app-version $(VERSION) -d _output
 
 ## test: unit and integration tests (integration tests start a real kube-apiserver,
 ## etcd, kube-controller-manager, kwok and KubeRay from bin/, built first if needed).
@@ -109,12 +132,18 @@ generate: $(BIN)/controller-gen
 	$(BIN)/controller-gen object paths=./pkg/apis/...
 	# Queue quotas are float64 as in KAI Scheduler, which controller-gen calls dangerous.
 	$(BIN)/controller-gen crd:allowDangerousTypes=true paths=./pkg/apis/... output:crd:artifacts:config=deploy/crds
-	cp deploy/crds/*.yaml deploy/helm/gantry/crds/
+	cp deploy/crds/*.yaml deploy/helm/gantry/files/crds/
 
-## lint: gofmt and go vet.
-lint:
+## lint: gofmt, go vet, and actionlint on the GitHub workflows (built from its Go
+## module, pinned in hack/tools/actionlint).
+lint: $(BIN)/actionlint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(BIN)/actionlint -shellcheck= -pyflakes= .github/workflows/*.yaml
+
+$(BIN)/actionlint: hack/tools/actionlint/go.mod hack/tools/actionlint/go.sum
+	@echo ">> building actionlint"
+	cd hack/tools/actionlint && $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/rhysd/actionlint/cmd/actionlint
 
 ## bench: the core's benchmarks (placement, victim search), the seed's preemption
 ## latency, the DRA allocator per cycle, then scheduler throughput against kube-scheduler

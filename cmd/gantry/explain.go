@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,140 +16,234 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/kube"
-	"github.com/gantry-dev/gantry/pkg/sandbox"
 )
 
 func init() {
 	register(command{
 		name:    "explain",
 		summary: "why a pod is where it is, or why it waits: gantry explain POD [-n NAMESPACE]",
-		run:     func(ctx context.Context, args []string) error { return runExplain(ctx, args, os.Stdout, os.Stderr) },
+		cobra:   newExplainCmd,
 	})
 }
 
-func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gantry explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	ns := fs.String("n", "default", "namespace of the pod")
-	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig (default $KUBECONFIG, else the running sandbox's)")
-	// Accept the pod name before or after the flags, as kubectl does.
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
+func newExplainCmd(kube *kubeFlags) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "explain POD",
+		Short: "Why a pod is where it is, or why it waits",
+		Long: "Where the pod is bound (and its GPUs), or why it waits; its ResourceClaims, its gang\n" +
+			"as the scheduler sees it, and its Events.",
+		Example: "  gantry explain train-worker-0 -n ml\n  kubectl gantry explain train-worker-0 -o yaml",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, ns, err := restConfig(kube)
+			if err != nil {
+				return err
+			}
+			e, err := explainPod(cmd.Context(), cfg, ns, args[0])
+			if err != nil {
+				return err
+			}
+			if output != "" {
+				return printData(cmd.OutOrStdout(), output, e)
+			}
+			e.printText(cmd.OutOrStdout())
+			return nil
+		},
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return podNames(cmd.Context(), kube), cobra.ShellCompDirectiveNoFileComp
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
-	}
-	if name == "" {
-		return usageError{"usage: gantry explain POD [-n NAMESPACE]"}
-	}
-	cfg, err := explainConfig(*kubeconfig)
-	if err != nil {
-		return err
-	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+// explanation is what `gantry explain` prints, as text or with -o json|yaml.
+type explanation struct {
+	Namespace       string         `json:"namespace"`
+	Pod             string         `json:"pod"`
+	SchedulerName   string         `json:"schedulerName"`
+	Node            string         `json:"node,omitempty"`
+	GPUs            string         `json:"gpus,omitempty"`
+	Phase           string         `json:"phase"`
+	NominatedNode   string         `json:"nominatedNode,omitempty"`
+	WaitingBecause  string         `json:"waitingBecause,omitempty"`
+	BeingEvicted    string         `json:"beingEvicted,omitempty"`
+	SchedulingGates []string       `json:"schedulingGates,omitempty"`
+	Claims          []claimState   `json:"resourceClaims,omitempty"`
+	Gang            *gangState     `json:"gang,omitempty"`
+	Events          []eventSummary `json:"events,omitempty"`
+}
+
+type claimState struct {
+	Name        string   `json:"name"`
+	Claim       string   `json:"claim,omitempty"`
+	Template    string   `json:"template,omitempty"`
+	Allocated   []string `json:"allocated,omitempty"`
+	ReservedFor int      `json:"reservedFor,omitempty"`
+	Error       string   `json:"error,omitempty"`
+}
+
+type gangState struct {
+	ID                string   `json:"id"`
+	Source            string   `json:"source"`
+	MinMember         int      `json:"minMember"`
+	Queue             string   `json:"queue"`
+	PriorityClassName string   `json:"priorityClassName"`
+	Pending           int      `json:"pending"`
+	Running           int      `json:"running"`
+	Succeeded         int      `json:"succeeded"`
+	Terminating       int      `json:"terminating"`
+	Missing           string   `json:"missing,omitempty"`
+	Warnings          []string `json:"warnings,omitempty"`
+}
+
+type eventSummary struct {
+	Time    metav1.Time `json:"time"`
+	Reason  string      `json:"reason"`
+	Message string      `json:"message"`
+}
+
+func explainPod(ctx context.Context, cfg *rest.Config, ns, name string) (*explanation, error) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	pod, err := client.CoreV1().Pods(*ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(stdout, "Pod %s/%s (schedulerName %s)\n", pod.Namespace, pod.Name, pod.Spec.SchedulerName)
-	switch {
-	case pod.Spec.NodeName != "":
-		fmt.Fprintf(stdout, "  bound to %s", pod.Spec.NodeName)
-		if g := pod.Annotations["gantry.dev/gpus"]; g != "" {
-			fmt.Fprintf(stdout, ", GPUs %s (index[:bytes of a share])", g)
-		}
-		fmt.Fprintf(stdout, "; phase %s\n", pod.Status.Phase)
-	case pod.Status.NominatedNodeName != "":
-		fmt.Fprintf(stdout, "  pending; nominated to %s while preempted pods leave\n", pod.Status.NominatedNodeName)
-	default:
-		fmt.Fprintln(stdout, "  pending")
+	e := &explanation{
+		Namespace: pod.Namespace, Pod: pod.Name, SchedulerName: pod.Spec.SchedulerName,
+		Node: pod.Spec.NodeName, GPUs: pod.Annotations["gantry.dev/gpus"], Phase: string(pod.Status.Phase),
+		NominatedNode: pod.Status.NominatedNodeName,
 	}
 	for _, c := range pod.Status.Conditions {
 		switch {
 		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse:
-			fmt.Fprintf(stdout, "  why it waits: %s\n", c.Message)
+			e.WaitingBecause = c.Message
 		case c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue:
-			fmt.Fprintf(stdout, "  being evicted: %s\n", c.Message)
+			e.BeingEvicted = c.Message
 		}
 	}
-	if len(pod.Spec.SchedulingGates) > 0 {
-		gates := make([]string, len(pod.Spec.SchedulingGates))
-		for i, g := range pod.Spec.SchedulingGates {
-			gates[i] = g.Name
-		}
-		fmt.Fprintf(stdout, "  held by scheduling gates: %s\n", strings.Join(gates, ", "))
+	for _, g := range pod.Spec.SchedulingGates {
+		e.SchedulingGates = append(e.SchedulingGates, g.Name)
 	}
-	explainClaims(ctx, client, pod, stdout)
+	e.Claims = explainClaims(ctx, client, pod)
 	if g, err := gangOf(ctx, cfg, client, pod); err == nil && g != nil {
-		fmt.Fprintf(stdout, "Gang %s (%s)\n", g.ID, g.Source)
-		fmt.Fprintf(stdout, "  must start together: %d; queue %q; priority class %q\n", g.MinMember, g.Queue, g.PriorityClassName)
-		fmt.Fprintf(stdout, "  members: %d pending, %d running, %d succeeded, %d terminating\n", g.Counts.Pending, g.Counts.Running, g.Counts.Succeeded, g.Counts.Terminating)
-		if g.Missing != "" {
-			fmt.Fprintf(stdout, "  %s\n", g.Missing)
-		}
-		for _, w := range g.Warnings {
-			fmt.Fprintf(stdout, "  warning: %s\n", w)
+		e.Gang = &gangState{
+			ID: string(g.ID), Source: string(g.Source), MinMember: g.MinMember, Queue: g.Queue, PriorityClassName: g.PriorityClassName,
+			Pending: g.Counts.Pending, Running: g.Counts.Running, Succeeded: g.Counts.Succeeded, Terminating: g.Counts.Terminating,
+			Missing: g.Missing, Warnings: g.Warnings,
 		}
 	}
 	evs, err := client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: "involvedObject.name=" + pod.Name + ",involvedObject.kind=Pod",
 	})
-	if err == nil && len(evs.Items) > 0 {
+	if err == nil {
 		sort.Slice(evs.Items, func(i, j int) bool { return eventTime(evs.Items[i]).Time.Before(eventTime(evs.Items[j]).Time) })
-		fmt.Fprintln(stdout, "Events")
-		for _, e := range evs.Items {
-			fmt.Fprintf(stdout, "  %s  %-16s %s\n", eventTime(e).Format("15:04:05"), e.Reason, e.Message)
+		for _, ev := range evs.Items {
+			e.Events = append(e.Events, eventSummary{Time: eventTime(ev), Reason: ev.Reason, Message: ev.Message})
 		}
 	}
-	return nil
+	return e, nil
 }
 
-// explainClaims prints each of the pod's ResourceClaims: not created yet, not
+func (e *explanation) printText(w io.Writer) {
+	fmt.Fprintf(w, "Pod %s/%s (schedulerName %s)\n", e.Namespace, e.Pod, e.SchedulerName)
+	switch {
+	case e.Node != "":
+		fmt.Fprintf(w, "  bound to %s", e.Node)
+		if e.GPUs != "" {
+			fmt.Fprintf(w, ", GPUs %s (index[:bytes of a share])", e.GPUs)
+		}
+		fmt.Fprintf(w, "; phase %s\n", e.Phase)
+	case e.NominatedNode != "":
+		fmt.Fprintf(w, "  pending; nominated to %s while preempted pods leave\n", e.NominatedNode)
+	default:
+		fmt.Fprintln(w, "  pending")
+	}
+	if e.WaitingBecause != "" {
+		fmt.Fprintf(w, "  why it waits: %s\n", e.WaitingBecause)
+	}
+	if e.BeingEvicted != "" {
+		fmt.Fprintf(w, "  being evicted: %s\n", e.BeingEvicted)
+	}
+	if len(e.SchedulingGates) > 0 {
+		fmt.Fprintf(w, "  held by scheduling gates: %s\n", strings.Join(e.SchedulingGates, ", "))
+	}
+	if len(e.Claims) > 0 {
+		fmt.Fprintln(w, "ResourceClaims")
+	}
+	for _, c := range e.Claims {
+		switch {
+		case c.Claim == "":
+			fmt.Fprintf(w, "  %s: not created yet from template %s\n", c.Name, c.Template)
+		case c.Error != "":
+			fmt.Fprintf(w, "  %s: claim %s: %s\n", c.Name, c.Claim, c.Error)
+		case len(c.Allocated) == 0:
+			fmt.Fprintf(w, "  %s: claim %s, not allocated yet\n", c.Name, c.Claim)
+		default:
+			fmt.Fprintf(w, "  %s: claim %s, allocated %s; reserved for %d consumer(s)\n", c.Name, c.Claim, strings.Join(c.Allocated, ", "), c.ReservedFor)
+		}
+	}
+	if g := e.Gang; g != nil {
+		fmt.Fprintf(w, "Gang %s (%s)\n", g.ID, g.Source)
+		fmt.Fprintf(w, "  must start together: %d; queue %q; priority class %q\n", g.MinMember, g.Queue, g.PriorityClassName)
+		fmt.Fprintf(w, "  members: %d pending, %d running, %d succeeded, %d terminating\n", g.Pending, g.Running, g.Succeeded, g.Terminating)
+		if g.Missing != "" {
+			fmt.Fprintf(w, "  %s\n", g.Missing)
+		}
+		for _, warn := range g.Warnings {
+			fmt.Fprintf(w, "  warning: %s\n", warn)
+		}
+	}
+	if len(e.Events) > 0 {
+		fmt.Fprintln(w, "Events")
+		for _, ev := range e.Events {
+			fmt.Fprintf(w, "  %s  %-16s %s\n", ev.Time.Format("15:04:05"), ev.Reason, ev.Message)
+		}
+	}
+}
+
+// explainClaims describes each of the pod's ResourceClaims: not created yet, not
 // allocated yet, or the devices allocated (with the memory a share consumes) and how
 // many consumers it is reserved for.
-func explainClaims(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, stdout io.Writer) {
-	if len(pod.Spec.ResourceClaims) == 0 {
-		return
-	}
-	fmt.Fprintln(stdout, "ResourceClaims")
+func explainClaims(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) []claimState {
+	var out []claimState
 	for _, pc := range pod.Spec.ResourceClaims {
-		name := kube.ClaimName(pod, pc)
-		if name == "" {
-			fmt.Fprintf(stdout, "  %s: not created yet from template %s\n", pc.Name, ptrString(pc.ResourceClaimTemplateName))
+		st := claimState{Name: pc.Name, Claim: kube.ClaimName(pod, pc)}
+		if st.Claim == "" {
+			st.Template = ptrString(pc.ResourceClaimTemplateName)
+			out = append(out, st)
 			continue
 		}
-		claim, err := client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		claim, err := client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, st.Claim, metav1.GetOptions{})
 		if err != nil {
-			fmt.Fprintf(stdout, "  %s: claim %s: %v\n", pc.Name, name, err)
+			st.Error = err.Error()
+			out = append(out, st)
 			continue
 		}
-		a := claim.Status.Allocation
-		if a == nil {
-			fmt.Fprintf(stdout, "  %s: claim %s, not allocated yet\n", pc.Name, name)
-			continue
-		}
-		var devices []string
-		for _, r := range a.Devices.Results {
-			d := r.Driver + "/" + r.Pool + "/" + r.Device
-			if q, ok := r.ConsumedCapacity["memory"]; ok && r.ShareID != nil {
-				d += " (share of " + q.String() + ")"
+		if a := claim.Status.Allocation; a != nil {
+			for _, r := range a.Devices.Results {
+				d := r.Driver + "/" + r.Pool + "/" + r.Device
+				if q, ok := r.ConsumedCapacity["memory"]; ok && r.ShareID != nil {
+					d += " (share of " + q.String() + ")"
+				}
+				st.Allocated = append(st.Allocated, d)
 			}
-			devices = append(devices, d)
+			st.ReservedFor = len(claim.Status.ReservedFor)
 		}
-		fmt.Fprintf(stdout, "  %s: claim %s, allocated %s; reserved for %d consumer(s)\n", pc.Name, name, strings.Join(devices, ", "), len(claim.Status.ReservedFor))
+		out = append(out, st)
 	}
+	return out
 }
 
 func ptrString(s *string) string {
@@ -168,17 +261,6 @@ func eventTime(e corev1.Event) metav1.Time {
 		return metav1.Time{Time: e.EventTime.Time}
 	}
 	return e.CreationTimestamp
-}
-
-func explainConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		st, err := sandbox.LoadState()
-		if err != nil {
-			return nil, fmt.Errorf("no --kubeconfig or $KUBECONFIG, and %w", err)
-		}
-		kubeconfig = st.Kubeconfig
-	}
-	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
 
 // gangOf works out the pod's gang the way the scheduler does, from the pods of its

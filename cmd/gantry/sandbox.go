@@ -30,12 +30,52 @@ func runSandbox(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "up":
+		if len(args) == 1 || (args[1] != "-h" && args[1] != "--help" && args[1] != "-help") {
+			if err := sandboxPreflight(); err != nil {
+				return err
+			}
+		}
 		return sandboxUp(ctx, args[1:], os.Stdout, os.Stderr)
 	case "demo":
 		return sandboxDemo(ctx, args[1:], os.Stdout, os.Stderr)
 	default:
 		return usageError{fmt.Sprintf("unknown sandbox command %q: use up or demo", args[0])}
 	}
+}
+
+// sandboxPreflight finds what the sandbox runs on: a Gantry checkout (the seed
+// scenario, CRDs and manifests) and the tools `make tools` builds into its bin/. Run
+// from an installed binary outside a checkout, it uses the checkout the binary was
+// built into (bin/gantry); otherwise it says in one line how to get them.
+func sandboxPreflight() error {
+	if _, err := testenv.RepoRoot(); err != nil {
+		exe, xerr := os.Executable()
+		if xerr == nil {
+			exe, _ = filepath.EvalSymlinks(exe)
+			root := filepath.Dir(filepath.Dir(exe))
+			if b, rerr := os.ReadFile(filepath.Join(root, "go.mod")); rerr == nil && strings.Contains(string(b), "module github.com/gantry-dev/gantry\n") {
+				_ = os.Chdir(root)
+			}
+		}
+		if _, err2 := testenv.RepoRoot(); err2 != nil {
+			return fmt.Errorf("the sandbox runs from a Gantry checkout: git clone https://github.com/gantry-dev/gantry && cd gantry && make run")
+		}
+	}
+	bin, err := testenv.BinDir()
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, tool := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kwok", "kuberay-operator", "gantry-scheduler", "gantry-node-agent"} {
+		if _, err := os.Stat(filepath.Join(bin, tool)); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s lacks %s: run `make run` in the checkout (it builds them first; about 20 minutes the first time), or `make tools build`",
+			bin, strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 func seedDir() string {

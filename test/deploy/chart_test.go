@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/agent"
 	"github.com/gantry-dev/gantry/pkg/apis/scheduling/convert"
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/bootstrap"
 	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"github.com/gantry-dev/gantry/pkg/kube"
 )
@@ -36,6 +38,8 @@ func TestHelmLint(t *testing.T) {
 		{"defaults", nil},
 		{"everything on", []string{"serviceMonitor.enabled=true", "deviceClass.create=false", "nodeAgent.mps=true", "nodeAgent.fakeGPUs=4xH100"}},
 		{"scheduler only", []string{"nodeAgent.enabled=false", "dashboards.enabled=false", "defaultQueue.create=false"}},
+		{"cert-manager", []string{"webhooks.certMode=cert-manager"}},
+		{"after KAI", []string{"scheduler.serveKaiSchedulerPods=true", "priorityClasses.prefix=", "crds.install=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"lint", "--strict", chartRel}
@@ -70,9 +74,9 @@ func TestChartDefaults(t *testing.T) {
 		"DaemonSet/gantry-node-agent", "Deployment/gantry-scheduler", "DeviceClass/gpu.gantry.dev",
 		"MutatingWebhookConfiguration/gantry-scheduler-pods",
 		"PodDisruptionBudget/gantry-scheduler",
-		"PriorityClass/build", "PriorityClass/inference", "PriorityClass/train",
-		"Queue/default", "Role/gantry-scheduler-leader-election", "RoleBinding/gantry-scheduler-leader-election",
-		"Secret/gantry-scheduler-webhook-tls",
+		"PriorityClass/gantry-build", "PriorityClass/gantry-inference", "PriorityClass/gantry-train",
+		"Role/gantry-scheduler-leader-election", "Role/gantry-scheduler-webhook-certs",
+		"RoleBinding/gantry-scheduler-leader-election", "RoleBinding/gantry-scheduler-webhook-certs",
 		"Service/gantry-node-agent-metrics", "Service/gantry-scheduler-metrics", "Service/gantry-scheduler-webhook",
 		"ServiceAccount/gantry-node-agent", "ServiceAccount/gantry-scheduler",
 		"ValidatingWebhookConfiguration/gantry-scheduler-queues",
@@ -93,7 +97,7 @@ func TestChartDefaults(t *testing.T) {
 		}
 		c := pod.Containers[0]
 		for _, arg := range []string{
-			"--scheduler-name=gantry-scheduler", "--scheduler-name=kai-scheduler",
+			"--scheduler-name=gantry-scheduler",
 			"--leader-elect=true", "--leader-elect-namespace=" + releaseNamespace, "--leader-elect-name=gantry-scheduler",
 			"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--config=/etc/gantry/config/config.yaml",
 			"--webhook-bind-address=:9443", "--webhook-cert-dir=/etc/gantry/webhook",
@@ -101,6 +105,9 @@ func TestChartDefaults(t *testing.T) {
 			if !slices.Contains(c.Args, arg) {
 				t.Errorf("scheduler args %v lack %s", c.Args, arg)
 			}
+		}
+		if slices.Contains(c.Args, "--scheduler-name=kai-scheduler") {
+			t.Error("kai-scheduler is served by default; next to KAI Scheduler two schedulers would bind the same pods")
 		}
 		if c.LivenessProbe == nil || c.ReadinessProbe == nil {
 			t.Error("scheduler has no liveness or readiness probe")
@@ -165,10 +172,36 @@ func TestChartDefaults(t *testing.T) {
 	})
 
 	t.Run("default queue", func(t *testing.T) {
+		// The scheduler creates it (pkg/bootstrap): a Queue in the same release as its
+		// CRD would fail a fresh `helm install`.
+		var d appsv1.Deployment
+		into(t, find(t, objs, "Deployment", "gantry-scheduler"), &d)
+		var env string
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == bootstrap.EnvDefaultQueue {
+				env = e.Value
+			}
+		}
+		t.Setenv(bootstrap.EnvDefaultQueue, env)
+		bq, ok, err := bootstrap.QueueFromEnv()
+		if err != nil || !ok {
+			t.Fatalf("the scheduler gets no usable %s (%q): %v", bootstrap.EnvDefaultQueue, env, err)
+		}
+		raw, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": bq.Name}, "spec": bq.Spec})
 		var q schedulingv1alpha1.Queue
-		into(t, find(t, objs, "Queue", "default"), &q)
+		if err := yaml.UnmarshalStrict(raw, &q); err != nil {
+			t.Fatalf("default queue %s: %v", raw, err)
+		}
+		if q.Name != "default" {
+			t.Errorf("default queue named %q", q.Name)
+		}
 		if err := fairshare.Validate(convert.Queues([]schedulingv1alpha1.Queue{q})); err != nil {
 			t.Error(err)
+		}
+		for _, o := range objs {
+			if o.GetKind() == "Queue" {
+				t.Errorf("the chart renders Queue %s; a fresh install would fail on it", o.GetName())
+			}
 		}
 	})
 
@@ -186,6 +219,8 @@ func TestChartDefaults(t *testing.T) {
 	})
 
 	t.Run("priority classes", func(t *testing.T) {
+		// KAI Scheduler's own names, for clusters KAI has left.
+		objs := render(t, "priorityClasses.prefix=")
 		data, err := os.ReadFile(repoPath(t, "deploy/manifests/priorityclasses.yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -216,6 +251,11 @@ func TestChartDefaults(t *testing.T) {
 		}{"train": {50, "true"}, "build": {100, "false"}, "inference": {125, "false"}} {
 			var pc schedulingv1.PriorityClass
 			into(t, find(t, objs, "PriorityClass", name), &pc)
+			var prefixed schedulingv1.PriorityClass
+			into(t, find(t, render(t), "PriorityClass", "gantry-"+name), &prefixed)
+			if prefixed.Value != pc.Value || prefixed.Labels["gantry.dev/preemptible"] != pc.Labels["gantry.dev/preemptible"] {
+				t.Errorf("PriorityClass gantry-%s differs from %s", name, name)
+			}
 			if pc.Value != want.value || pc.Labels["gantry.dev/preemptible"] != want.preemptible {
 				t.Errorf("PriorityClass %s: value %d preemptible %q, want %d %q", name, pc.Value, pc.Labels["gantry.dev/preemptible"], want.value, want.preemptible)
 			}
@@ -317,9 +357,69 @@ func TestChartValues(t *testing.T) {
 
 	t.Run("scheduler names", func(t *testing.T) {
 		var d appsv1.Deployment
-		into(t, find(t, render(t, "scheduler.schedulerNames={gantry-scheduler}"), "Deployment", "gantry-scheduler"), &d)
-		if slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--scheduler-name=kai-scheduler") {
-			t.Error("kai-scheduler still served after it was removed from scheduler.schedulerNames")
+		into(t, find(t, render(t, "scheduler.serveKaiSchedulerPods=true"), "Deployment", "gantry-scheduler"), &d)
+		args := d.Spec.Template.Spec.Containers[0].Args
+		if !slices.Contains(args, "--scheduler-name=kai-scheduler") || !slices.Contains(args, "--scheduler-name=gantry-scheduler") {
+			t.Errorf("serveKaiSchedulerPods=true: args %v, want both names", args)
+		}
+		into(t, find(t, render(t, "scheduler.serveKaiSchedulerPods=true", "scheduler.schedulerNames={gantry-scheduler,kai-scheduler}"), "Deployment", "gantry-scheduler"), &d)
+		if n := len(slices.DeleteFunc(slices.Clone(d.Spec.Template.Spec.Containers[0].Args), func(a string) bool { return a != "--scheduler-name=kai-scheduler" })); n != 1 {
+			t.Errorf("kai-scheduler passed %d times", n)
+		}
+	})
+
+	t.Run("CRDs are templates kept on uninstall, and can be left out", func(t *testing.T) {
+		n := 0
+		for _, o := range render(t) {
+			if o.GetKind() == "CustomResourceDefinition" {
+				n++
+				if o.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+					t.Errorf("CRD %s lacks helm.sh/resource-policy: keep; helm uninstall would delete every Queue", o.GetName())
+				}
+				names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "names", "shortNames")
+				for _, taken := range []string{"q", "pg", "queue", "podgroup"} {
+					if slices.Contains(names, taken) {
+						t.Errorf("CRD %s has short name %q, which Volcano or KAI Scheduler use", o.GetName(), taken)
+					}
+				}
+			}
+		}
+		if n != 3 {
+			t.Errorf("%d CRDs rendered, want 3", n)
+		}
+		if _, err := os.Stat(repoPath(t, chartRel+"/crds")); err == nil {
+			t.Error("the chart has a crds/ folder; helm upgrade would never upgrade what is in it")
+		}
+		for _, o := range render(t, "crds.install=false") {
+			if o.GetKind() == "CustomResourceDefinition" {
+				t.Errorf("CRD %s rendered with crds.install=false", o.GetName())
+			}
+		}
+	})
+
+	t.Run("image tags default to appVersion", func(t *testing.T) {
+		chart, err := os.ReadFile(repoPath(t, chartRel+"/Chart.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			AppVersion string `json:"appVersion"`
+		}
+		if err := yaml.Unmarshal(chart, &meta); err != nil {
+			t.Fatal(err)
+		}
+		objs := render(t)
+		var d appsv1.Deployment
+		var ds appsv1.DaemonSet
+		into(t, find(t, objs, "Deployment", "gantry-scheduler"), &d)
+		into(t, find(t, objs, "DaemonSet", "gantry-node-agent"), &ds)
+		for image, want := range map[string]string{
+			d.Spec.Template.Spec.Containers[0].Image:  "ghcr.io/gantry-dev/gantry-scheduler:" + meta.AppVersion,
+			ds.Spec.Template.Spec.Containers[0].Image: "ghcr.io/gantry-dev/gantry-node-agent:" + meta.AppVersion,
+		} {
+			if image != want {
+				t.Errorf("image %s, want %s (what `make images` tags)", image, want)
+			}
 		}
 	})
 
@@ -390,7 +490,7 @@ func TestChartValues(t *testing.T) {
 // `go test ./test/deploy -run TestChartCopiesMatchSources -update` to refresh them.
 func TestChartCopiesMatchSources(t *testing.T) {
 	for _, c := range []struct{ source, copy, pattern string }{
-		{"deploy/crds", chartRel + "/crds", "*.yaml"},
+		{"deploy/crds", chartRel + "/files/crds", "*.yaml"},
 		{"deploy/grafana", chartRel + "/dashboards", "*.json"},
 	} {
 		src, _ := filepath.Glob(filepath.Join(repoPath(t, c.source), c.pattern))

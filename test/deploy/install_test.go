@@ -60,7 +60,7 @@ func TestChartInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	if notes := out[strings.Index(out, "NOTES:")+1:]; !strings.Contains(out, "NOTES:") || strings.Contains(notes, "<no value>") ||
-		!strings.Contains(notes, "gantry-scheduler, kai-scheduler") {
+		!strings.Contains(notes, "[gantry-scheduler]") || !strings.Contains(notes, "serveKaiSchedulerPods") {
 		t.Errorf("helm install printed no usable NOTES:\n%s", out)
 	}
 
@@ -121,19 +121,25 @@ func TestChartInstall(t *testing.T) {
 
 	t.Run("cluster objects", func(t *testing.T) {
 		dyn := dynamic.NewForConfigOrDie(env.Config)
-		q, err := dyn.Resource(schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "queues"}).
-			Get(ctx, "default", metav1.GetOptions{})
+		// The CRDs are the chart's templates, kept on uninstall; the default Queue is the
+		// scheduler's to create (pkg/bootstrap), and kwok runs no scheduler.
+		crd, err := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).
+			Get(ctx, "queues.scheduling.gantry.dev", metav1.GetOptions{})
 		if err != nil {
-			t.Errorf("default Queue: %v", err)
-		} else if w, _, _ := unstructured.NestedFieldNoCopy(q.Object, "spec", "resources", "gpu", "overQuotaWeight"); fmt.Sprint(w) != "1" {
-			t.Errorf("default Queue spec %v: want gpu overQuotaWeight 1", q.Object["spec"])
+			t.Errorf("Queue CRD: %v", err)
+		} else if crd.GetAnnotations()["helm.sh/resource-policy"] != "keep" || crd.GetAnnotations()["meta.helm.sh/release-name"] != "gantry" {
+			t.Errorf("Queue CRD annotations %v: want it part of the release and kept on uninstall", crd.GetAnnotations())
+		}
+		if _, err := dyn.Resource(schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "queues"}).
+			List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list Queues: %v", err)
 		}
 		if _, err := env.Client.ResourceV1().DeviceClasses().Get(ctx, "gpu.gantry.dev", metav1.GetOptions{}); err != nil {
 			t.Errorf("DeviceClass: %v", err)
 		}
 		pcs, err := env.Client.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{LabelSelector: "gantry.dev/preemptible=true"})
-		if err != nil || len(pcs.Items) != 1 || pcs.Items[0].Name != "train" {
-			t.Errorf("preemptible PriorityClasses: %v %v, want train only", pcs, err)
+		if err != nil || len(pcs.Items) != 1 || pcs.Items[0].Name != "gantry-train" {
+			t.Errorf("preemptible PriorityClasses: %v %v, want gantry-train only", pcs, err)
 		}
 		cms, err := env.Client.CoreV1().ConfigMaps(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "grafana_dashboard=1"})
 		if err != nil || len(cms.Items) != 3 {
@@ -147,7 +153,7 @@ func TestChartInstall(t *testing.T) {
 				User:   "system:serviceaccount:" + releaseNamespace + ":" + p.serviceAccount,
 				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + releaseNamespace, "system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: p.namespace, Verb: p.verb, Group: p.group, Resource: p.resource, Subresource: p.subresource,
+					Namespace: p.namespace, Verb: p.verb, Group: p.group, Resource: p.resource, Subresource: p.subresource, Name: p.name,
 				},
 			}}
 			res, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})

@@ -17,6 +17,7 @@ type permission struct {
 	resource       string
 	subresource    string
 	namespace      string // "" for cluster-wide
+	name           string // "" for any object
 	allowed        bool
 }
 
@@ -31,6 +32,9 @@ func (p permission) String() string {
 	where := "cluster-wide"
 	if p.namespace != "" {
 		where = "in " + p.namespace
+	}
+	if p.name != "" {
+		r += " " + p.name
 	}
 	return fmt.Sprintf("%s %s %s %s", p.serviceAccount, p.verb, r, where)
 }
@@ -79,6 +83,20 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	for _, v := range []string{"get", "create", "update"} {
 		ps = append(ps, permission{serviceAccount: s, verb: v, group: "coordination.k8s.io", resource: "leases", namespace: releaseNamespace, allowed: true})
 	}
+	// pkg/bootstrap creates the default Queue; pkg/certs keeps the webhook Secret and
+	// the caBundle of the chart's own webhook configurations, and no others.
+	grant(s, []string{"create"}, "scheduling.gantry.dev", "queues", "")
+	ps = append(ps, permission{serviceAccount: s, verb: "create", resource: "secrets", namespace: releaseNamespace, allowed: true})
+	for _, v := range []string{"get", "update"} {
+		ps = append(ps,
+			permission{serviceAccount: s, verb: v, resource: "secrets", namespace: releaseNamespace, name: "gantry-scheduler-webhook-tls", allowed: true},
+			permission{serviceAccount: s, verb: v, resource: "secrets", namespace: releaseNamespace, name: "someone-elses"},
+			permission{serviceAccount: s, verb: v, group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "gantry-scheduler-queues", allowed: true},
+			permission{serviceAccount: s, verb: v, group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "gantry-scheduler-pods", allowed: true},
+			permission{serviceAccount: s, verb: v, group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "someone-elses"},
+			permission{serviceAccount: s, verb: v, group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "someone-elses"})
+	}
+	deny(s, "list", "", "secrets", "", releaseNamespace)
 	deny(s, "update", "coordination.k8s.io", "leases", "", "kube-system")
 	deny(s, "get", "", "secrets", "", "default")
 	deny(s, "create", "", "pods", "", "default")
@@ -109,15 +127,15 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	return ps
 }
 
-// allows evaluates RBAC rules without wildcards or resourceNames, which the chart
-// does not use.
+// allows evaluates RBAC rules without wildcards, which the chart does not use. A rule
+// with resourceNames allows only a request for one of those names.
 func allows(rules []rbacv1.PolicyRule, p permission) bool {
 	resource := p.resource
 	if p.subresource != "" {
 		resource += "/" + p.subresource
 	}
 	for _, r := range rules {
-		if len(r.ResourceNames) > 0 {
+		if len(r.ResourceNames) > 0 && !slices.Contains(r.ResourceNames, p.name) {
 			continue
 		}
 		if slices.Contains(r.APIGroups, p.group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, p.verb) {

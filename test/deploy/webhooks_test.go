@@ -1,10 +1,9 @@
 package deploy
 
 import (
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/cel-go/cel"
@@ -12,52 +11,139 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/gantry-dev/gantry/pkg/certs"
 	"github.com/gantry-dev/gantry/pkg/kube"
 )
 
 func TestChartWebhooks(t *testing.T) {
 	objs := render(t)
 	var (
-		secret   corev1.Secret
-		svc      corev1.Service
-		queues   admissionregistrationv1.ValidatingWebhookConfiguration
-		pods     admissionregistrationv1.MutatingWebhookConfiguration
-		deploy   appsv1.Deployment
-		svcName  = "gantry-scheduler-webhook"
-		dnsName  = svcName + "." + releaseNamespace + ".svc"
-		webhooks []admissionregistrationv1.WebhookClientConfig
+		svc     corev1.Service
+		queues  admissionregistrationv1.ValidatingWebhookConfiguration
+		pods    admissionregistrationv1.MutatingWebhookConfiguration
+		deploy  appsv1.Deployment
+		svcName = "gantry-scheduler-webhook"
 	)
-	into(t, find(t, objs, "Secret", "gantry-scheduler-webhook-tls"), &secret)
 	into(t, find(t, objs, "Service", svcName), &svc)
 	into(t, find(t, objs, "ValidatingWebhookConfiguration", "gantry-scheduler-queues"), &queues)
 	into(t, find(t, objs, "MutatingWebhookConfiguration", "gantry-scheduler-pods"), &pods)
 	into(t, find(t, objs, "Deployment", "gantry-scheduler"), &deploy)
 
-	t.Run("the API server trusts the serving certificate", func(t *testing.T) {
-		roots := x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(secret.Data["ca.crt"]) {
-			t.Fatal("ca.crt holds no certificate")
-		}
-		block, _ := pem.Decode(secret.Data["tls.crt"])
-		if block == nil {
-			t.Fatal("tls.crt holds no certificate")
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
+	t.Run("every render is the same (no lookup, no genCA)", func(t *testing.T) {
+		a, err := helm(t, "template", "gantry", chartRel, "--namespace", releaseNamespace)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cert.Verify(x509.VerifyOptions{DNSName: dnsName, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			t.Errorf("the certificate does not serve %s: %v", dnsName, err)
+		b, err := helm(t, "template", "gantry", chartRel, "--namespace", releaseNamespace)
+		if err != nil {
+			t.Fatal(err)
 		}
-		webhooks = append(webhooks, queues.Webhooks[0].ClientConfig, pods.Webhooks[0].ClientConfig)
-		for _, cc := range webhooks {
-			if string(cc.CABundle) != string(secret.Data["ca.crt"]) {
-				t.Errorf("webhook %s: caBundle is not the Secret's ca.crt", *cc.Service.Path)
+		if a != b {
+			t.Error("two renders differ: a GitOps sync would replace the certificate every time")
+		}
+		for _, o := range objs {
+			if o.GetKind() == "Secret" {
+				t.Errorf("the chart renders Secret %s; the scheduler keeps its own (pkg/certs)", o.GetName())
+			}
+		}
+		for _, cc := range []admissionregistrationv1.WebhookClientConfig{queues.Webhooks[0].ClientConfig, pods.Webhooks[0].ClientConfig} {
+			if len(cc.CABundle) > 0 {
+				t.Errorf("webhook %s has a caBundle in the chart; a sync would overwrite the one the scheduler wrote", *cc.Service.Path)
 			}
 			if cc.Service == nil || cc.Service.Name != svcName || cc.Service.Namespace != releaseNamespace {
 				t.Errorf("webhook client config %+v does not name Service %s/%s", cc, releaseNamespace, svcName)
 			}
+		}
+	})
+
+	t.Run("the scheduler is told what pkg/certs keeps", func(t *testing.T) {
+		c := deploy.Spec.Template.Spec.Containers[0]
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				env[e.Name] = "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		for k, want := range map[string]string{
+			certs.EnvMode:               certs.ModeSelf,
+			certs.EnvNamespace:          "fieldRef:metadata.namespace",
+			certs.EnvSecret:             "gantry-scheduler-webhook-tls",
+			certs.EnvService:            svcName,
+			certs.EnvValidatingWebhooks: queues.Name,
+			certs.EnvMutatingWebhooks:   pods.Name,
+		} {
+			if env[k] != want {
+				t.Errorf("scheduler env %s=%q, want %q", k, env[k], want)
+			}
+		}
+		// The scheduler writes the certificate into the cert dir: a writable emptyDir,
+		// since the root filesystem is read-only.
+		var dir string
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/etc/gantry/webhook" {
+				dir = m.Name
+				if m.ReadOnly {
+					t.Error("the cert dir is mounted read-only; pkg/certs writes it")
+				}
+			}
+		}
+		for _, v := range deploy.Spec.Template.Spec.Volumes {
+			if v.Name == dir && v.EmptyDir == nil {
+				t.Errorf("cert dir volume %s is not an emptyDir: %+v", dir, v.VolumeSource)
+			}
+		}
+	})
+
+	t.Run("cert-manager mode", func(t *testing.T) {
+		objs := render(t, "webhooks.certMode=cert-manager")
+		cert := find(t, objs, "Certificate", "gantry-scheduler-webhook-tls")
+		secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+		dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+		if secretName != "gantry-scheduler-webhook-tls" || !slices.Contains(dns, svcName+"."+releaseNamespace+".svc") {
+			t.Errorf("Certificate secretName %q dnsNames %v", secretName, dns)
+		}
+		for _, o := range objs {
+			if k := o.GetKind(); k == "ValidatingWebhookConfiguration" || k == "MutatingWebhookConfiguration" {
+				if got := o.GetAnnotations()["cert-manager.io/inject-ca-from"]; got != releaseNamespace+"/"+cert.GetName() {
+					t.Errorf("%s %s: inject-ca-from %q", k, o.GetName(), got)
+				}
+			}
+			if o.GetKind() == "Role" && o.GetName() == "gantry-scheduler-webhook-certs" {
+				t.Error("with cert-manager the scheduler still may write Secrets")
+			}
+		}
+		var d appsv1.Deployment
+		into(t, find(t, objs, "Deployment", "gantry-scheduler"), &d)
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == certs.EnvMode && e.Value != certs.ModeExternal {
+				t.Errorf("%s=%q with cert-manager", e.Name, e.Value)
+			}
+		}
+		mounted := false
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			mounted = mounted || (v.Secret != nil && v.Secret.SecretName == secretName)
+		}
+		if !mounted {
+			t.Error("the scheduler does not mount cert-manager's Secret")
+		}
+		if _, err := helm(t, "template", "gantry", chartRel, "--set", "webhooks.certMode=lookup"); err == nil || !strings.Contains(err.Error(), "certMode") {
+			t.Errorf("an unknown certMode: %v, want a failure naming certMode", err)
+		}
+	})
+
+	t.Run("no label lets a Queue around the webhook", func(t *testing.T) {
+		w := queues.Webhooks[0]
+		if w.ObjectSelector != nil && (len(w.ObjectSelector.MatchLabels) > 0 || len(w.ObjectSelector.MatchExpressions) > 0) {
+			t.Errorf("Queue webhook objectSelector %+v: any user could label a Queue past it", w.ObjectSelector)
+		}
+		if w.NamespaceSelector != nil && (len(w.NamespaceSelector.MatchLabels) > 0 || len(w.NamespaceSelector.MatchExpressions) > 0) {
+			t.Errorf("Queue webhook namespaceSelector %+v", w.NamespaceSelector)
+		}
+		if len(w.MatchConditions) > 0 {
+			t.Errorf("Queue webhook matchConditions %+v", w.MatchConditions)
 		}
 	})
 
@@ -96,14 +182,6 @@ func TestChartWebhooks(t *testing.T) {
 		}
 		if !slices.Contains(c.Args, "--webhook-bind-address=:9443") || port != 9443 {
 			t.Errorf("webhook port %d, args %v", port, c.Args)
-		}
-	})
-
-	t.Run("the chart's default queue is created without the webhook", func(t *testing.T) {
-		sel := queues.Webhooks[0].ObjectSelector
-		label := sel.MatchExpressions[0].Key
-		if got := find(t, objs, "Queue", "default").GetLabels()[label]; !slices.Contains(sel.MatchExpressions[0].Values, got) {
-			t.Errorf("the default Queue (label %s=%q) would go through the Queue webhook, which is not served yet at install", label, got)
 		}
 	})
 
@@ -158,7 +236,10 @@ func TestChartWebhooks(t *testing.T) {
 	t.Run("disabled", func(t *testing.T) {
 		for _, o := range render(t, "webhooks.enabled=false") {
 			switch o.GetKind() {
-			case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "Secret":
+			case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "Role", "Certificate":
+				if o.GetKind() == "Role" && o.GetName() != "gantry-scheduler-webhook-certs" {
+					continue
+				}
 				t.Errorf("%s %s rendered with webhooks.enabled=false", o.GetKind(), o.GetName())
 			case "Deployment":
 				var d appsv1.Deployment

@@ -51,3 +51,29 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .image.repository $tag -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The webhook Service, its TLS Secret (and cert-manager Certificate), and the webhook configurations. */}}
+{{- define "gantry.webhook.service" -}}
+{{- printf "%s-webhook" (include "gantry.scheduler.fullname" .) -}}
+{{- end -}}
+
+{{- define "gantry.webhook.secret" -}}
+{{- printf "%s-webhook-tls" (include "gantry.scheduler.fullname" .) -}}
+{{- end -}}
+
+{{- define "gantry.webhook.queues" -}}
+{{- printf "%s-queues" (include "gantry.scheduler.fullname" .) -}}
+{{- end -}}
+
+{{- define "gantry.webhook.pods" -}}
+{{- printf "%s-pods" (include "gantry.scheduler.fullname" .) -}}
+{{- end -}}
+
+{{/* The schedulerNames the scheduler serves: scheduler.schedulerNames, plus kai-scheduler when scheduler.serveKaiSchedulerPods. */}}
+{{- define "gantry.schedulerNames" -}}
+{{- $names := .Values.scheduler.schedulerNames | default list -}}
+{{- if and .Values.scheduler.serveKaiSchedulerPods (not (has "kai-scheduler" $names)) -}}
+{{- $names = append $names "kai-scheduler" -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}

@@ -24,7 +24,7 @@ const (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Namespaced,shortName={pg,gpg},categories={gantry}
+// +kubebuilder:resource:scope=Namespaced,shortName=gpg,categories={gantry}
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.minMember`
 // +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.running`

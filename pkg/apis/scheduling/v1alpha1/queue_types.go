@@ -20,7 +20,7 @@ const DefaultQueuePriority int32 = 100
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName={q,gq},categories={gantry}
+// +kubebuilder:resource:scope=Cluster,shortName=gq,categories={gantry}
 // +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.spec.parentQueue`
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`
 // +kubebuilder:printcolumn:name="GPU Quota",type=number,JSONPath=`.spec.resources.gpu.quota`
