@@ -48,7 +48,7 @@ func runSandbox(ctx context.Context, args []string) error {
 // from an installed binary outside a checkout, it uses the checkout the binary was
 // built into (bin/gantry); otherwise it says in one line how to get them.
 func sandboxPreflight() error {
-	if _, err := testenv.RepoRoot(); err != nil {
+	if _, err := controlplane.RepoRoot(); err != nil {
 		exe, xerr := os.Executable()
 		if xerr == nil {
 			exe, _ = filepath.EvalSymlinks(exe)
@@ -57,11 +57,11 @@ func sandboxPreflight() error {
 				_ = os.Chdir(root)
 			}
 		}
-		if _, err2 := testenv.RepoRoot(); err2 != nil {
+		if _, err2 := controlplane.RepoRoot(); err2 != nil {
 			return fmt.Errorf("the sandbox runs from a Gantry checkout: git clone https://github.com/gantry-dev/gantry && cd gantry && make run")
 		}
 	}
-	bin, err := testenv.BinDir()
+	bin, err := controlplane.BinDir()
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,9 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/gantry-dev/gantry/pkg/certs"
 	"github.com/gantry-dev/gantry/pkg/kube"
 	"github.com/gantry-dev/gantry/pkg/webhook"
 )
@@ -56,6 +58,8 @@ func main() {
 	)
 	flag.Var(&schedulerNames, "scheduler-name", "schedulerName of the pods to serve; repeatable (default gantry-scheduler)")
 	klog.InitFlags(nil)
+	// certwatcher logs through controller-runtime's logger; route it to klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	flag.Parse()
 	if len(schedulerNames) == 0 {
 		schedulerNames = names{"gantry-scheduler"}
@@ -101,6 +105,18 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 		dyn, err := dynamic.NewForConfig(restCfg)
 		if err != nil {
 			return err
+		}
+		// With the chart's default certMode "self", every replica keeps the webhook
+		// certificate in a Secret, writes it to webhookCertDir and sets the webhooks'
+		// caBundle (pkg/certs); with cert-manager the files are mounted.
+		certOpts, selfManaged, err := certs.OptionsFromEnv(webhookCertDir)
+		if err != nil {
+			return err
+		}
+		if selfManaged {
+			if err := certs.Start(ctx, client, certOpts); err != nil {
+				return fmt.Errorf("webhook certificates: %w", err)
+			}
 		}
 		if err := webhook.Serve(ctx, webhookAddr, webhookCertDir, dyn); err != nil {
 			return err

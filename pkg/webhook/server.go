@@ -2,12 +2,10 @@ package webhook
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/certs"
 	"github.com/gantry-dev/gantry/pkg/names"
 )
 
@@ -26,12 +25,14 @@ const (
 )
 
 // Serve serves the Queue validating webhook and the pod defaulting webhook
-// over TLS (tls.crt and tls.key in certDir) until ctx ends. It returns once the
+// over TLS (tls.crt and tls.key in certDir, reloaded when they change) until ctx ends. It returns once the
 // listener is open.
 func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) error {
-	cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, "tls.crt"), filepath.Join(certDir, "tls.key"))
+	// The certificate is reloaded when its files change (a renewal by pkg/certs, or a
+	// Secret mounted by cert-manager), so no restart is needed.
+	tlsConfig, err := certs.ServingTLSConfig(ctx, certDir)
 	if err != nil {
-		return fmt.Errorf("webhook certificate: %w", err)
+		return err
 	}
 	listQueues := func(ctx context.Context) ([]schedulingv1alpha1.Queue, error) {
 		list, err := dyn.Resource(names.QueueGVR).List(ctx, metav1.ListOptions{})
@@ -56,7 +57,7 @@ func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) err
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		TLSConfig:         tlsConfig,
 	}
 	go func() {
 		<-ctx.Done()
