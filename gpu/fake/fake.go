@@ -95,6 +95,7 @@ type Fleet struct {
 	*server.Server
 	GPUs   []*GPU
 	events chan nvml.EventData
+	life   lifecycle
 }
 
 // GPU is one fake GPU. Its setters are safe to call while the fleet is read
@@ -161,6 +162,7 @@ func New(profile, seed string) (*Fleet, error) {
 	fillUnsupported(reflect.ValueOf(&s.Interface).Elem())
 	fillUnsupported(reflect.ValueOf(&s.ExtendedInterface).Elem())
 	s.EventSetCreateFunc = f.newEventSet
+	f.installLifecycle()
 
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
@@ -453,6 +455,11 @@ func (g *GPU) installMIG(md *migDevice) {
 	md.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
 		return nvml.DeviceAttributes{
 			MultiprocessorCount:       md.profile.MultiprocessorCount,
+			SharedCopyEngineCount:     md.profile.CopyEngineCount,
+			SharedDecoderCount:        md.profile.DecoderCount,
+			SharedEncoderCount:        md.profile.EncoderCount,
+			SharedJpegCount:           md.profile.JpegCount,
+			SharedOfaCount:            md.profile.OfaCount,
 			GpuInstanceSliceCount:     md.profile.SliceCount,
 			ComputeInstanceSliceCount: md.profile.SliceCount,
 			MemorySizeMB:              md.profile.MemorySizeMB,

@@ -113,14 +113,30 @@ var (
 		"1 if the GPU is healthy, 0 if it is unhealthy or its health is unknown.", gantryGPULabels, nil)
 	claimBytesDesc = prometheus.NewDesc("gantry_gpu_claim_memory_bytes",
 		"GPU memory share of one ResourceClaim on this GPU, in bytes.", gantryClaimLabels, nil)
+	nvmlUpDesc = prometheus.NewDesc("gantry_gpu_nvml_up",
+		"1 while NVML answers and GPU readings are live; 0 while they are stale (driver gone, hung, or released for an upgrade) and GPU series are not served.", []string{labelHostname}, nil)
+	sampleAgeDesc = prometheus.NewDesc("gantry_gpu_sample_age_seconds",
+		"Seconds since the last successful reading of the node's GPUs.", []string{labelHostname}, nil)
 	claimFractionDesc = prometheus.NewDesc("gantry_gpu_claim_memory_fraction",
 		"GPU memory share of one ResourceClaim as a fraction of the GPU's memory.", gantryClaimLabels, nil)
 )
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. While readings are stale, the
+// GPU series are not served (a last reading is not a live value); the
+// sample age and gantry_gpu_nvml_up say why they are missing.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	inv := m.snapshot.Get()
+	inv, stale := m.snapshot.Get(), m.snapshot.Staleness()
+	up := 1.0
+	if inv == nil || stale.Stale {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(nvmlUpDesc, prometheus.GaugeValue, up, m.hostname)
 	if inv == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(sampleAgeDesc, prometheus.GaugeValue, time.Since(inv.SampledAt).Seconds(), m.hostname)
+	if stale.Stale {
+		m.collectShares(ch, inv)
 		return
 	}
 	holders := m.containers(inv)
