@@ -350,6 +350,8 @@ func (g *GPU) install() {
 		return p, nvml.SUCCESS
 	}
 	d.GetNumaNodeIdFunc = func() (int, nvml.Return) { return g.numa, nvml.SUCCESS }
+	// NVIDIA's CDI library asks each handle whether it is a MIG device.
+	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		g.mu.Lock()
 		defer g.mu.Unlock()

@@ -149,7 +149,7 @@ func TestScrapeMatchesDCGMExporter(t *testing.T) {
 
 func TestScrapeAttributesPodsAndShares(t *testing.T) {
 	e := newDriverEnv(t, "dgxh100")
-	d := e.start(t, false)
+	d := e.start(t, nil)
 	claim := allocatedClaim("uid-1", "llm", share{device: "gpu-2", memory: "20Gi", shareID: "s1"})
 	if r := prepare(t, d, claim)[claim.UID]; r.Err != nil {
 		t.Fatal(r.Err)
@@ -198,7 +198,7 @@ func TestScrapeAttributesPodsAndShares(t *testing.T) {
 		t.Errorf("allocated bytes %v", alloc)
 	}
 	want := map[string]string{"gpu": "2", "claim_namespace": "team-a", "claim_name": "llm", "claim_uid": "uid-1"}
-	if s := find(t, fams, "gantry_gpu_claim_memory_fraction", want); len(s) != 1 || value(s[0]) != 0.25 {
+	if s := find(t, fams, "gantry_gpu_claim_memory_fraction", want); len(s) != 1 || value(s[0]) != float64(20<<30)/float64(ShareableBytes(e.snapshot.Get().Devices[2].Memory)) {
 		t.Errorf("claim fraction series %v", s)
 	}
 	var names []string
@@ -208,7 +208,7 @@ func TestScrapeAttributesPodsAndShares(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	if got := strings.Join(names, ","); got != "gantry_gpu_claim_memory_bytes,gantry_gpu_claim_memory_fraction,gantry_gpu_healthy,gantry_gpu_memory_allocated_bytes" {
+	if got := strings.Join(names, ","); got != "gantry_gpu_claim_memory_bytes,gantry_gpu_claim_memory_fraction,gantry_gpu_healthy,gantry_gpu_memory_allocated_bytes,gantry_gpu_nvml_up,gantry_gpu_sample_age_seconds" {
 		t.Errorf("gantry metrics %s", got)
 	}
 }

@@ -84,7 +84,9 @@ func watchNodeLabels(ctx context.Context, client kubernetes.Interface, nodeName 
 			return client.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	// The wrapper tells the reflector whether the client can stream lists
+	// (client-go's fake cannot).
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, 0, cache.Indexers{})
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { n.set(nodeName, obj, onChange) },
 		UpdateFunc: func(_, obj interface{}) { n.set(nodeName, obj, onChange) },
