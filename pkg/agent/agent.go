@@ -52,7 +52,8 @@ type Config struct {
 	MaxFailures int
 	// InstallDeviceClass creates the gpu.gantry.dev DeviceClass if missing.
 	InstallDeviceClass bool
-	// WatchNode follows the node's labels to release NVML for driver upgrades.
+	// WatchNode reads the node's labels every tick to release NVML for
+	// driver upgrades.
 	WatchNode bool
 	// Status writes GPUNode status; nil disables it.
 	Status *StatusWriter
@@ -70,7 +71,6 @@ type Agent struct {
 	session  *nvmlSession
 	failures int
 	labels   *nodeLabels
-	kick     chan struct{}
 
 	editorMu sync.Mutex
 	editor   CDIEditor
@@ -130,7 +130,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	a := &Agent{cfg: cfg, snapshot: NewSnapshot(nil), kick: make(chan struct{}, 1),
+	a := &Agent{cfg: cfg, snapshot: NewSnapshot(nil),
 		session: &nvmlSession{lib: cfg.NVML, tracker: gpu.NewHealthTracker(), timeout: cfg.ReadTimeout}}
 	var err error
 	a.driver, err = NewDriver(DriverOptions{
@@ -168,6 +168,11 @@ func (a *Agent) setEditor(e CDIEditor) {
 func (a *Agent) Tick(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	now := time.Now()
+	if a.labels != nil && a.cfg.WatchNode {
+		if err := a.labels.refresh(ctx, a.cfg.KubeClient, a.cfg.NodeName); err != nil {
+			logger.Error(err, "Cannot check for a driver upgrade; keeping the last labels")
+		}
+	}
 	if a.labels != nil {
 		if release, why := ReleaseRequested(a.labels.get()); release {
 			if a.session.IsOpen() {
@@ -243,12 +248,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	if a.cfg.WatchNode {
-		a.labels = watchNodeLabels(ctx, a.cfg.KubeClient, a.cfg.NodeName, func() {
-			select {
-			case a.kick <- struct{}{}:
-			default:
-			}
-		})
+		a.labels = &nodeLabels{}
 	}
 
 	helper, err := kubeletplugin.Start(ctx, driver,
@@ -282,7 +282,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			return nil
 		case <-ticker.C:
-		case <-a.kick:
 		}
 		a.Tick(ctx)
 	}

@@ -259,23 +259,27 @@ func TestReleaseRequested(t *testing.T) {
 	}
 }
 
-// The node label informer sees the operator's label change.
-func TestNodeLabelsAreWatched(t *testing.T) {
-	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	changed := make(chan struct{}, 10)
-	n := watchNodeLabels(ctx, kube, testNode, func() { changed <- struct{}{} })
-	<-changed // initial list
-	node, _ := kube.CoreV1().Nodes().Get(ctx, testNode, metav1.GetOptions{})
-	node.Labels = map[string]string{GPUOperatorUpgradeStateLabel: "drain-required"}
-	if _, err := kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+// The agent reads its node's labels each tick and lets go of NVML when
+// the operator's label appears.
+func TestNodeLabelsAreRead(t *testing.T) {
+	e := newAgentEnv(t, "1xH100")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}
+	if _, err := e.kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		<-changed
-		if release, _ := ReleaseRequested(n.get()); release {
-			return
-		}
+	a := e.newAgent(t)
+	a.cfg.WatchNode, a.labels = true, &nodeLabels{}
+	ctx := context.Background()
+	a.Tick(ctx)
+	if e.fleet.OpenCount() != 1 {
+		t.Fatal("NVML not held on an unlabelled node")
+	}
+	node.Labels = map[string]string{GPUOperatorUpgradeStateLabel: "drain-required"}
+	if _, err := e.kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.Tick(ctx)
+	if e.fleet.OpenCount() != 0 {
+		t.Error("NVML held after the upgrade label appeared")
 	}
 }

@@ -2,15 +2,11 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 )
 
 const (
@@ -46,8 +42,9 @@ func ReleaseRequested(labels map[string]string) (bool, string) {
 	return false, ""
 }
 
-// nodeLabels follows the labels of one node through an informer limited to
-// that node.
+// nodeLabels holds the node's labels as last read. The agent reads its
+// Node with a GET each tick rather than an informer: it may get its node
+// but not list or watch nodes (least privilege, see the chart's RBAC).
 type nodeLabels struct {
 	mu     sync.Mutex
 	labels map[string]string
@@ -59,38 +56,14 @@ func (n *nodeLabels) get() map[string]string {
 	return n.labels
 }
 
-func (n *nodeLabels) set(nodeName string, obj interface{}, onChange func()) {
-	node, ok := obj.(*corev1.Node)
-	if !ok || node.Name != nodeName {
-		return
+// refresh reads the node's labels; on error the last ones are kept.
+func (n *nodeLabels) refresh(ctx context.Context, client kubernetes.Interface, nodeName string) error {
+	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s labels: %w", nodeName, err)
 	}
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.labels = node.Labels
-	n.mu.Unlock()
-	onChange()
-}
-
-// watchNodeLabels runs until ctx ends; onChange is called after each change.
-func watchNodeLabels(ctx context.Context, client kubernetes.Interface, nodeName string, onChange func()) *nodeLabels {
-	n := &nodeLabels{}
-	sel := fields.OneTermEqualSelector("metadata.name", nodeName).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return client.CoreV1().Nodes().List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return client.CoreV1().Nodes().Watch(ctx, o)
-		},
-	}
-	// The wrapper tells the reflector whether the client can stream lists
-	// (client-go's fake cannot).
-	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Node{}, 0, cache.Indexers{})
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { n.set(nodeName, obj, onChange) },
-		UpdateFunc: func(_, obj interface{}) { n.set(nodeName, obj, onChange) },
-	})
-	go inf.Run(ctx.Done())
-	return n
+	return nil
 }
