@@ -75,6 +75,7 @@ func TestChartDefaults(t *testing.T) {
 		"Secret/gantry-scheduler-webhook-tls",
 		"Service/gantry-node-agent-metrics", "Service/gantry-scheduler-metrics", "Service/gantry-scheduler-webhook",
 		"ServiceAccount/gantry-node-agent", "ServiceAccount/gantry-scheduler",
+		"ValidatingAdmissionPolicy/gantry-node-agent-node-scoped", "ValidatingAdmissionPolicyBinding/gantry-node-agent-node-scoped",
 		"ValidatingWebhookConfiguration/gantry-scheduler-queues",
 	}
 	if !slices.Equal(have, want) {
