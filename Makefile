@@ -19,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick run clean-tools gpu-smoke
+.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick run clean-tools gpu-smoke gpu-smoke-binary
 
 # progress NAME: says which tool a cold build is on and how many are still missing, so
 # that twenty minutes of compiling does not look like a hang.
@@ -139,3 +139,7 @@ run: tools build
 ## (run it on a GPU machine; it says so and fails elsewhere).
 gpu-smoke:
 	hack/gpu-smoke.sh
+
+## gpu-smoke-binary: build bin/gpu-smoke to carry to a GPU machine without Go
+gpu-smoke-binary:
+	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -o $(BIN)/gpu-smoke ./hack/gpu-smoke
