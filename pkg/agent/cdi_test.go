@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"k8s.io/apimachinery/pkg/types"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -183,4 +184,71 @@ func TestUnprepareWithoutNVML(t *testing.T) {
 	if r := prepare(t, d, c2)[c2.UID]; r.Err == nil || !strings.Contains(r.Err.Error(), "NVML is not available") {
 		t.Errorf("prepare without NVML: %v", r.Err)
 	}
+}
+
+// recordingEditor stands in for NVIDIA's CDI library where it cannot run.
+type recordingEditor struct{ asked []string }
+
+func (r *recordingEditor) CommonEdits() (*cdispec.ContainerEdits, error) {
+	return &cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidiactl"}}}, nil
+}
+
+func (r *recordingEditor) DeviceEdits(uuid string) (*cdispec.ContainerEdits, error) {
+	r.asked = append(r.asked, uuid)
+	return &cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/for-" + uuid}}}, nil
+}
+
+// An A100 in MIG mode: a claim on a MIG device is prepared for that MIG
+// device (its UUID, all of its memory), and only once.
+func TestPrepareMIGDevice(t *testing.T) {
+	e := newDriverEnv(t, "dgxa100")
+	if err := e.fleet.GPUs[1].EnableMIG(nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	e.snapshot.Set(mustRediscover(t, e.fleet))
+	m := e.snapshot.Get().Devices[1].MIG.Devices[0]
+	name := MIGDeviceName(1, m)
+
+	t.Run("driver", func(t *testing.T) {
+		rec := &recordingEditor{}
+		e.editor = rec
+		d := e.start(t, nil)
+		claim := allocatedClaim("uid-m", "mig", share{device: name})
+		if r := prepare(t, d, claim)[claim.UID]; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if a := d.Allocations(); len(a) != 1 || a[0].UUID != m.UUID || a[0].MemoryBytes != int64(m.Memory.TotalBytes) {
+			t.Errorf("allocation %+v, want all of %s", a, m.UUID)
+		}
+		if strings.Join(rec.asked, " ") != m.UUID {
+			t.Errorf("edits asked for %v, want the MIG device %s", rec.asked, m.UUID)
+		}
+		other := allocatedClaim("uid-m2", "mig2", share{device: name})
+		if r := prepare(t, d, other)[other.UID]; r.Err == nil {
+			t.Error("a MIG device was prepared for two claims")
+		}
+		unprepare(t, d, claim)
+	})
+
+	t.Run("NVIDIA CDI library", func(t *testing.T) {
+		if _, err := os.Stat("/proc/driver/nvidia-caps/mig-minors"); err != nil {
+			t.Skip("nvidia-container-toolkit v1.20.2 reads MIG capability minors from the host's /proc/driver/nvidia-caps/mig-minors, which this machine lacks; run on a MIG node")
+		}
+		editor, err := NewNVCDIEditor(e.fleet, CDIOptions{DriverRoot: e.driverRoot})
+		if err != nil {
+			t.Fatal(err)
+		}
+		edits, err := editor.DeviceEdits(m.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nodes []string
+		for _, n := range edits.DeviceNodes {
+			nodes = append(nodes, n.Path)
+		}
+		joined := strings.Join(nodes, " ")
+		if !strings.Contains(joined, "/dev/nvidia1") || !strings.Contains(joined, "/dev/nvidia-caps/") || strings.Contains(joined, "/dev/nvidia0") {
+			t.Errorf("MIG device nodes %v: want /dev/nvidia1 and its nvidia-caps nodes only", nodes)
+		}
+	})
 }
