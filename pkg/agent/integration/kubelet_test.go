@@ -69,7 +69,7 @@ func (k *kubeletSim) startAgent(t *testing.T, statusClient client.Client) *runni
 	a, err := agent.New(agent.Config{
 		NodeName: k.nodeName, KubeClient: env.Client, NVML: fleet,
 		PluginDataDir: k.pluginDir, RegistrarDir: k.registryDir, CDIRoot: k.cdiRoot,
-		CDI: agent.CDIOptions{DriverRoot: driverRoot},
+		CDI:          agent.CDIOptions{DriverRoot: driverRoot},
 		PollInterval: 100 * time.Millisecond, InstallDeviceClass: true,
 		Status: agent.NewStatusWriter(statusClient, k.nodeName, agent.StatusOptions{MinInterval: 100 * time.Millisecond}),
 	})
