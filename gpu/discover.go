@@ -118,6 +118,7 @@ func readDevice(index int, dev nvml.Device) (Device, nvlinkEnds) {
 	if v, ret := dev.GetClockInfo(nvml.CLOCK_MEM); c.ok(ret) {
 		d.MemoryClockMHz = &v
 	}
+	readCounters(dev, &d, &c)
 	d.Processes = readProcesses(dev, d.MIG, &c)
 
 	ends := readNVLinks(dev, &d, &c)
@@ -339,4 +340,22 @@ func CanonicalPCIBusID(nvmlBusID string) string {
 		return s
 	}
 	return fmt.Sprintf("%04x:%s", d, rest)
+}
+
+// readCounters reads the DCGM exporter's reliability and video-engine fields.
+func readCounters(dev nvml.Device, d *Device, c *callTracker) {
+	if corr, unc, _, failed, ret := dev.GetRemappedRows(); c.ok(ret) {
+		cv, uv := uint64(corr), uint64(unc)
+		d.RemappedRowsCorrectable, d.RemappedRowsUncorrectable, d.RowRemapFailed = &cv, &uv, &failed
+	}
+	if v, ret := dev.GetPcieReplayCounter(); c.ok(ret) {
+		n := uint64(v)
+		d.PCIeReplays = &n
+	}
+	if v, _, ret := dev.GetEncoderUtilization(); c.ok(ret) {
+		d.EncoderUtilizationPercent = &v
+	}
+	if v, _, ret := dev.GetDecoderUtilization(); c.ok(ret) {
+		d.DecoderUtilizationPercent = &v
+	}
 }

@@ -62,6 +62,16 @@ type Device struct {
 	SMClockMHz        *uint32
 	MemoryClockMHz    *uint32
 
+	// Row remapping (Ampere and newer): rows remapped for correctable and
+	// uncorrectable errors, and whether remapping failed.
+	RemappedRowsCorrectable, RemappedRowsUncorrectable *uint64
+	RowRemapFailed                                     *bool
+	// PCIeReplays is the PCIe replay (retry) counter.
+	PCIeReplays *uint64
+	// EncoderUtilizationPercent and DecoderUtilizationPercent are the video
+	// engines' utilization.
+	EncoderUtilizationPercent, DecoderUtilizationPercent *uint32
+
 	// Processes are the compute processes running on the GPU (or on its MIG devices).
 	Processes []Process
 
@@ -127,4 +137,7 @@ type Health struct {
 	Reasons []string
 	// LastXID is the last critical XID seen on this GPU, 0 if none.
 	LastXID uint64
+	// LastAnyXID is the last XID of any kind (what DCGM's XID_ERRORS
+	// reports), application XIDs included; 0 if none.
+	LastAnyXID uint64
 }

@@ -47,6 +47,7 @@ type options struct {
 	pluginDataDir, registrarDir, cdiRoot          string
 	metricsAddr, podResourcesSocket               string
 	mps, installDeviceClass, smoke, watchNode     bool
+	dcgmSeries                                    bool
 	pollInterval, statusMinInterval, statusMaxInt time.Duration
 	readTimeout, gcGrace                          time.Duration
 	cdi                                           agent.CDIOptions
@@ -73,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.cdi.HostDriverRoot, "host-driver-root", "", "the same directory on the host, as CDI specs must name it (default --driver-root)")
 	fs.StringVar(&o.cdi.DevRoot, "dev-root", "", "where /dev is found (default --driver-root)")
 	fs.StringVar(&o.cdi.HookPath, "nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook", "nvidia-cdi-hook on the host (GPU Operator: /usr/local/nvidia/toolkit/nvidia-cdi-hook)")
+	fs.BoolVar(&o.dcgmSeries, "dcgm-series", true, "serve the GPUs' DCGM_FI_* series; turn off where dcgm-exporter also runs (gantry_* series stay)")
 	fs.BoolVar(&o.watchNode, "watch-node", true, "follow the node's labels to release NVML during a GPU Operator driver upgrade (or while "+agent.ReleaseNVMLLabel+"=true)")
 	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "a GPU reading that takes longer counts as NVML not answering")
 	fs.DurationVar(&o.gcGrace, "checkpoint-gc-grace", 5*time.Minute, "how long a prepared claim must be missing from the API before it is unprepared; 0 disables")
@@ -189,7 +191,9 @@ func execute(o *options, stdout io.Writer) error {
 			pods = lister
 		}
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(agent.NewMetrics(o.nodeName, a.Snapshot(), a.Driver().Allocations, pods))
+		m := agent.NewMetrics(o.nodeName, a.Snapshot(), a.Driver().Allocations, pods)
+		m.NoDCGMSeries = !o.dcgmSeries
+		reg.MustRegister(m)
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		// Liveness: the kubelet has accepted the plugin's registration.

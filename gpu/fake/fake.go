@@ -428,6 +428,9 @@ func (g *GPU) install() {
 		defer g.mu.Unlock()
 		return 0, 0, g.state.remapPending, g.state.remapFailed, nvml.SUCCESS
 	}
+	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
+	d.GetEncoderUtilizationFunc = func() (uint32, uint32, nvml.Return) { return 0, 167000, nvml.SUCCESS }
+	d.GetDecoderUtilizationFunc = func() (uint32, uint32, nvml.Return) { return 0, 167000, nvml.SUCCESS }
 	d.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
