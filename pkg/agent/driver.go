@@ -344,23 +344,28 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 }
 
 func (d *Driver) healthReport() kubeletplugin.DeviceHealthReport {
-	inv := d.opts.Snapshot.Get()
+	inv, stale := d.opts.Snapshot.Get(), d.opts.Snapshot.Staleness()
 	var report kubeletplugin.DeviceHealthReport
 	if inv == nil {
 		return report
 	}
-	for _, g := range inv.Devices {
+	for _, pd := range publishedDevices(inv) {
+		g := pd.gpu
 		h := kubeletplugin.DeviceHealth{
 			PoolName:           d.opts.NodeName,
-			DeviceName:         DeviceName(g.Index),
+			DeviceName:         pd.name,
 			LastUpdated:        inv.SampledAt,
 			HealthCheckTimeout: 3 * healthResend,
 			Message:            strings.Join(g.Health.Reasons, "; "),
 		}
-		switch g.Health.State {
-		case gpu.Healthy:
+		switch {
+		case stale.Stale:
+			// A last reading says nothing about the GPU now.
+			h.Health = kubeletplugin.HealthStatusUnknown
+			h.Message = "no live reading: " + stale.Message
+		case g.Health.State == gpu.Healthy:
 			h.Health = kubeletplugin.HealthStatusHealthy
-		case gpu.Unhealthy:
+		case g.Health.State == gpu.Unhealthy:
 			h.Health = kubeletplugin.HealthStatusUnhealthy
 		default:
 			h.Health = kubeletplugin.HealthStatusUnknown
@@ -368,4 +373,25 @@ func (d *Driver) healthReport() kubeletplugin.DeviceHealthReport {
 		report.Devices = append(report.Devices, h)
 	}
 	return report
+}
+
+// publishedDevice is a device name of the slice and the GPU behind it (the
+// parent, for a MIG device).
+type publishedDevice struct {
+	name string
+	gpu  gpu.Device
+}
+
+func publishedDevices(inv *gpu.Inventory) []publishedDevice {
+	var out []publishedDevice
+	for _, g := range inv.Devices {
+		if !g.MIG.Enabled {
+			out = append(out, publishedDevice{DeviceName(g.Index), g})
+			continue
+		}
+		for _, m := range g.MIG.Devices {
+			out = append(out, publishedDevice{MIGDeviceName(g.Index, m), g})
+		}
+	}
+	return out
 }

@@ -135,6 +135,11 @@ func TestNVMLDiesMidRunThenComesBack(t *testing.T) {
 	if c := staleCond(t, e.getStatus()); c.Status != metav1.ConditionTrue || c.Reason != StaleNVMLNotAnswering {
 		t.Errorf("GPUNode Stale condition %+v", c)
 	}
+	for _, h := range a.Driver().healthReport().Devices {
+		if h.Health != "Unknown" {
+			t.Errorf("kubelet device health %s while stale: %+v", h.Health, h)
+		}
+	}
 	fams := scrape(t, NewMetrics(testNode, a.Snapshot(), nil, nil))
 	if _, ok := fams["DCGM_FI_DEV_FB_USED"]; ok {
 		t.Error("stale memory served as a live DCGM series")
@@ -281,5 +286,23 @@ func TestNodeLabelsAreRead(t *testing.T) {
 	a.Tick(ctx)
 	if e.fleet.OpenCount() != 0 {
 		t.Error("NVML held after the upgrade label appeared")
+	}
+}
+
+func TestPCIeRootIsPublished(t *testing.T) {
+	f, inv := discover(t, "2xH100")
+	s := &nvmlSession{lib: f, pcieRoot: func(bus string) (string, error) {
+		if bus == inv.Devices[1].PCIBusID {
+			return "pci0000:40", nil
+		}
+		return "", os.ErrNotExist
+	}}
+	s.fillPCIeRoots(inv)
+	devs := BuildResources(testNode, inv, Staleness{}).Pools[testNode].Slices[0].Devices
+	if _, ok := devs[0].Attributes["resource.kubernetes.io/pcieRoot"]; ok {
+		t.Error("unknown root published")
+	}
+	if v := devs[1].Attributes["resource.kubernetes.io/pcieRoot"].StringValue; v == nil || *v != "pci0000:40" {
+		t.Errorf("pcieRoot %v", v)
 	}
 }

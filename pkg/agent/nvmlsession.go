@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/gantry-dev/gantry/gpu"
 )
@@ -27,6 +28,43 @@ type nvmlSession struct {
 	inflight bool // a reading that timed out has not returned yet
 	stopXID  context.CancelFunc
 	xidDone  chan struct{}
+
+	// pcieRoot finds a PCI device's root complex in sysfs (NVML cannot);
+	// nil uses deviceattribute on this machine's /sys.
+	pcieRoot func(busID string) (string, error)
+	roots    map[string]string
+}
+
+// fillPCIeRoots sets each GPU's PCIe root, as NVIDIA's DRA driver publishes
+// it (resource.kubernetes.io/pcieRoot); unknown roots stay empty.
+func (s *nvmlSession) fillPCIeRoots(inv *gpu.Inventory) {
+	lookup := s.pcieRoot
+	if lookup == nil {
+		lookup = sysfsPCIeRoot
+	}
+	if s.roots == nil {
+		s.roots = map[string]string{}
+	}
+	for i := range inv.Devices {
+		d := &inv.Devices[i]
+		if d.PCIBusID == "" {
+			continue
+		}
+		root, ok := s.roots[d.PCIBusID]
+		if !ok {
+			root, _ = lookup(d.PCIBusID)
+			s.roots[d.PCIBusID] = root
+		}
+		d.PCIeRoot = root
+	}
+}
+
+func sysfsPCIeRoot(busID string) (string, error) {
+	a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
+	if err != nil || a.Value.StringValue == nil {
+		return "", err
+	}
+	return *a.Value.StringValue, nil
 }
 
 var errReadingStuck = errors.New("an earlier NVML call has not returned: the driver does not answer")
@@ -116,6 +154,7 @@ func (s *nvmlSession) Read() (*gpu.Inventory, error) {
 			return nil, fmt.Errorf("read GPUs: %w", r.err)
 		}
 		s.tracker.Apply(r.inv)
+		s.fillPCIeRoots(r.inv)
 		return r.inv, nil
 	case <-time.After(s.timeout):
 		return nil, fmt.Errorf("NVML did not answer within %s", s.timeout)
