@@ -155,23 +155,7 @@ func execute(o *options, stdout io.Writer) error {
 		return fmt.Errorf("GPUNode client: %w", err)
 	}
 
-	acfg := agent.Config{
-		NodeName: o.nodeName, KubeClient: kube, NVML: lib,
-		PluginDataDir: o.pluginDataDir, RegistrarDir: o.registrarDir, CDIRoot: o.cdiRoot, CDI: o.cdi,
-		PollInterval: o.pollInterval, ReadTimeout: o.readTimeout,
-		InstallDeviceClass: o.installDeviceClass, WatchNode: o.watchNode,
-		Status: agent.NewStatusWriter(statusClient, o.nodeName, agent.StatusOptions{MinInterval: o.statusMinInterval, MaxInterval: o.statusMaxInt}),
-	}
-	if o.gcGrace > 0 {
-		acfg.GC = &agent.CheckpointGC{Client: kube, Grace: o.gcGrace}
-	}
-	if o.mps {
-		acfg.MPS = agent.NewMPSManager(agent.MPSOptions{Root: o.mpsRoot, Control: filepath.Join(o.cdi.DriverRoot, "usr/bin", filepath.Base(o.mpsControl)), HostDriverRoot: o.cdi.HostDriverRoot})
-	}
-	if o.fakeGPUs != "" {
-		// Fake GPUs have no device nodes or driver files to hand out.
-		acfg.NewEditor = func(nvml.Interface) (agent.CDIEditor, error) { return agent.FakeCDIEditor{}, nil }
-	}
+	acfg := agentConfig(o, lib, kube, statusClient)
 	a, err := agent.New(acfg)
 	if err != nil {
 		return err
@@ -214,6 +198,28 @@ func execute(o *options, stdout io.Writer) error {
 		defer srv.Close()
 	}
 	return a.Run(ctx)
+}
+
+// agentConfig turns the flags into the agent's configuration.
+func agentConfig(o *options, lib nvml.Interface, kube kubernetes.Interface, statusClient client.Client) agent.Config {
+	acfg := agent.Config{
+		NodeName: o.nodeName, KubeClient: kube, NVML: lib,
+		PluginDataDir: o.pluginDataDir, RegistrarDir: o.registrarDir, CDIRoot: o.cdiRoot, CDI: o.cdi,
+		PollInterval: o.pollInterval, ReadTimeout: o.readTimeout,
+		InstallDeviceClass: o.installDeviceClass, WatchNode: o.watchNode,
+		Status: agent.NewStatusWriter(statusClient, o.nodeName, agent.StatusOptions{MinInterval: o.statusMinInterval, MaxInterval: o.statusMaxInt}),
+	}
+	if o.gcGrace > 0 {
+		acfg.GC = &agent.CheckpointGC{Client: kube, Grace: o.gcGrace}
+	}
+	if o.mps {
+		acfg.MPS = agent.NewMPSManager(agent.MPSOptions{Root: o.mpsRoot, Control: filepath.Join(o.cdi.DriverRoot, "usr/bin", filepath.Base(o.mpsControl))})
+	}
+	if o.fakeGPUs != "" {
+		// Fake GPUs have no device nodes or driver files to hand out.
+		acfg.NewEditor = func(nvml.Interface) (agent.CDIEditor, error) { return agent.FakeCDIEditor{}, nil }
+	}
+	return acfg
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

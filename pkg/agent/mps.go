@@ -26,8 +26,6 @@ type MPSOptions struct {
 	Root string
 	// Control is the nvidia-cuda-mps-control program as the agent sees it.
 	Control string
-	// HostDriverRoot is unused for now; see docs/node-agent.md.
-	HostDriverRoot string
 }
 
 // MPSManager runs one MPS control daemon per GPU that has memory shares,
