@@ -12,12 +12,15 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gantry-dev/gantry/pkg/agent"
+	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -140,8 +143,38 @@ func TestPolicyRefusesAnotherNodesSlice(t *testing.T) {
 	if err := onA.ResourceV1().ResourceSlices().Delete(ctx, "theirs-b", metav1.DeleteOptions{}); err == nil {
 		t.Error("the agent on node-a deleted node-b's slice")
 	}
+	// GPUNodes are named after their node.
+	for node, allowed := range map[string]bool{"node-a": true, "node-b": false} {
+		err := createGPUNodeAs(ctx, t, "node-a", node)
+		if allowed && err != nil {
+			t.Errorf("the agent on node-a cannot create GPUNode %s: %v", node, err)
+		}
+		if !allowed && err == nil {
+			t.Errorf("the agent on node-a created GPUNode %s", node)
+		}
+	}
 	// A token without a node (not running in a pod) writes nothing.
 	if _, err := asAgentOn(t, "").ResourceV1().ResourceSlices().Create(ctx, slice("nowhere", "node-a"), metav1.CreateOptions{}); err == nil {
 		t.Error("a token without a node name wrote a slice")
 	}
+}
+
+// createGPUNodeAs creates GPUNode name as the agent on node.
+func createGPUNodeAs(ctx context.Context, t *testing.T, node, name string) error {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + policyNamespace + ":" + policyAgentSA,
+		Groups:   []string{"system:serviceaccounts", "system:authenticated"},
+		Extra:    map[string][]string{"authentication.kubernetes.io/node-name": {node}},
+	}
+	scheme := runtime.NewScheme()
+	if err := gpuv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Create(ctx, &gpuv1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: name}})
 }
