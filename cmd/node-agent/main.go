@@ -72,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control program (under --driver-root)")
 	fs.StringVar(&o.cdi.DriverRoot, "driver-root", "/", "where the agent sees the NVIDIA driver's files (GPU Operator: the mount of /run/nvidia/driver)")
 	fs.StringVar(&o.cdi.HostDriverRoot, "host-driver-root", "", "the same directory on the host, as CDI specs must name it (default --driver-root)")
-	fs.StringVar(&o.cdi.DevRoot, "dev-root", "", "where /dev is found (default --driver-root)")
+	fs.StringVar(&o.cdi.DevRoot, "dev-root", "", "where /dev is found (default: --driver-root if it holds dev/nvidiactl, else /)")
 	fs.StringVar(&o.cdi.HookPath, "nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook", "nvidia-cdi-hook on the host (GPU Operator: /usr/local/nvidia/toolkit/nvidia-cdi-hook)")
 	fs.BoolVar(&o.dcgmSeries, "dcgm-series", true, "serve the GPUs' DCGM_FI_* series; turn off where dcgm-exporter also runs (gantry_* series stay)")
 	fs.BoolVar(&o.watchNode, "watch-node", true, "follow the node's labels to release NVML during a GPU Operator driver upgrade (or while "+agent.ReleaseNVMLLabel+"=true)")

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -22,7 +24,8 @@ type CDIOptions struct {
 	// it on the host (e.g. /run/nvidia/driver); paths in the specs are
 	// rewritten from DriverRoot to it. Defaults to DriverRoot.
 	HostDriverRoot string
-	// DevRoot is where /dev is found (defaults to DriverRoot).
+	// DevRoot is where /dev is found (default: DriverRoot if it holds
+	// dev/nvidiactl, else /).
 	DevRoot string
 	// HookPath is nvidia-cdi-hook on the host (GPU Operator:
 	// /usr/local/nvidia/toolkit/nvidia-cdi-hook).
@@ -37,7 +40,12 @@ func (o CDIOptions) withDefaults() CDIOptions {
 		o.HostDriverRoot = o.DriverRoot
 	}
 	if o.DevRoot == "" {
-		o.DevRoot = o.DriverRoot
+		// A driver container's root may or may not hold the device nodes
+		// (NVIDIA's DRA driver decides the same way).
+		o.DevRoot = "/"
+		if _, err := os.Stat(filepath.Join(o.DriverRoot, "dev", "nvidiactl")); err == nil {
+			o.DevRoot = o.DriverRoot
+		}
 	}
 	if o.HookPath == "" {
 		o.HookPath = "/usr/bin/nvidia-cdi-hook"
