@@ -19,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-burst run clean-tools gpu-smoke chaos soak fuzz images images-smoke chart-package
+.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-burst run clean-tools gpu-smoke chaos soak fuzz images images-smoke chart-package gpu-smoke-binary
 
 # The release version: the chart's appVersion, which is also the images' default tag.
 VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' deploy/helm/gantry/Chart.yaml)
@@ -205,3 +205,7 @@ fuzz:
 	    $(GO) test ./$$d -run '^$$' -fuzz "^$$n\$$" -fuzztime $(FUZZTIME); \
 	  done; \
 	done
+
+## gpu-smoke-binary: build bin/gpu-smoke to carry to a GPU machine without Go
+gpu-smoke-binary:
+	CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -o $(BIN)/gpu-smoke ./hack/gpu-smoke

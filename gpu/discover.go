@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	nvdev "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"math"
 	"sort"
 	"strconv"
@@ -34,7 +35,7 @@ func Discover(lib nvml.Interface) (*Inventory, error) {
 			// A GPU that cannot even be opened must stay visible, as unhealthy,
 			// so that operators see it and nothing is scheduled onto it.
 			inv.Devices = append(inv.Devices, Device{
-				Index: i, Minor: -1, Architecture: "unknown",
+				Index: i, Minor: -1, Architecture: "Unknown",
 				Health: Health{State: Unhealthy, Reasons: []string{"cannot open GPU: " + ret.Error()}},
 			})
 			continue
@@ -66,7 +67,7 @@ func (c *callTracker) ok(ret nvml.Return) bool {
 
 func readDevice(index int, dev nvml.Device) (Device, nvlinkEnds) {
 	var c callTracker
-	d := Device{Index: index, Minor: -1, Architecture: "unknown"}
+	d := Device{Index: index, Minor: -1, Architecture: "Unknown"}
 
 	if v, ret := dev.GetMinorNumber(); c.ok(ret) {
 		d.Minor = v
@@ -77,8 +78,13 @@ func readDevice(index int, dev nvml.Device) (Device, nvlinkEnds) {
 	if v, ret := dev.GetName(); c.ok(ret) {
 		d.ProductName = v
 	}
-	if v, ret := dev.GetArchitecture(); c.ok(ret) {
-		d.Architecture = architectureName(v)
+	// NVIDIA's own spellings (go-nvlib), as its DRA driver publishes them.
+	nd, _ := nvdev.New(nil).NewDevice(dev)
+	if v, err := nd.GetArchitectureAsString(); err == nil {
+		d.Architecture = v
+	}
+	if v, err := nd.GetBrandAsString(); err == nil {
+		d.Brand = v
 	}
 	if major, minor, ret := dev.GetCudaComputeCapability(); c.ok(ret) {
 		d.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
@@ -112,6 +118,7 @@ func readDevice(index int, dev nvml.Device) (Device, nvlinkEnds) {
 	if v, ret := dev.GetClockInfo(nvml.CLOCK_MEM); c.ok(ret) {
 		d.MemoryClockMHz = &v
 	}
+	readCounters(dev, &d, &c)
 	d.Processes = readProcesses(dev, d.MIG, &c)
 
 	ends := readNVLinks(dev, &d, &c)
@@ -167,6 +174,8 @@ func readMIG(dev nvml.Device, parentTotal uint64, c *callTracker) MIG {
 		if a, ret := h.GetAttributes(); c.ok(ret) {
 			md.SliceCount = a.GpuInstanceSliceCount
 			md.MultiprocessorCount = a.MultiprocessorCount
+			md.CopyEngines, md.Decoders, md.Encoders = a.SharedCopyEngineCount, a.SharedDecoderCount, a.SharedEncoderCount
+			md.JPEGEngines, md.OFAEngines = a.SharedJpegCount, a.SharedOfaCount
 			md.Profile = MIGProfileName(a.GpuInstanceSliceCount, a.MemorySizeMB, parentTotal)
 		}
 		md.Memory = readMemory(h, c)
@@ -307,32 +316,6 @@ func readMemoryHealth(dev nvml.Device, c *callTracker) Health {
 	return h
 }
 
-func architectureName(a nvml.DeviceArchitecture) string {
-	switch a {
-	case nvml.DEVICE_ARCH_KEPLER:
-		return "kepler"
-	case nvml.DEVICE_ARCH_MAXWELL:
-		return "maxwell"
-	case nvml.DEVICE_ARCH_PASCAL:
-		return "pascal"
-	case nvml.DEVICE_ARCH_VOLTA:
-		return "volta"
-	case nvml.DEVICE_ARCH_TURING:
-		return "turing"
-	case nvml.DEVICE_ARCH_AMPERE:
-		return "ampere"
-	case nvml.DEVICE_ARCH_ADA:
-		return "ada"
-	case nvml.DEVICE_ARCH_HOPPER:
-		return "hopper"
-	case nvml.DEVICE_ARCH_BLACKWELL:
-		return "blackwell"
-	case nvml.DEVICE_ARCH_RUBIN:
-		return "rubin"
-	}
-	return "unknown"
-}
-
 func busIDString(raw [32]int8) string {
 	var b strings.Builder
 	for _, c := range raw {
@@ -357,4 +340,22 @@ func CanonicalPCIBusID(nvmlBusID string) string {
 		return s
 	}
 	return fmt.Sprintf("%04x:%s", d, rest)
+}
+
+// readCounters reads the DCGM exporter's reliability and video-engine fields.
+func readCounters(dev nvml.Device, d *Device, c *callTracker) {
+	if corr, unc, _, failed, ret := dev.GetRemappedRows(); c.ok(ret) {
+		cv, uv := uint64(corr), uint64(unc)
+		d.RemappedRowsCorrectable, d.RemappedRowsUncorrectable, d.RowRemapFailed = &cv, &uv, &failed
+	}
+	if v, ret := dev.GetPcieReplayCounter(); c.ok(ret) {
+		n := uint64(v)
+		d.PCIeReplays = &n
+	}
+	if v, _, ret := dev.GetEncoderUtilization(); c.ok(ret) {
+		d.EncoderUtilizationPercent = &v
+	}
+	if v, _, ret := dev.GetDecoderUtilization(); c.ok(ret) {
+		d.DecoderUtilizationPercent = &v
+	}
 }

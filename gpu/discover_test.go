@@ -46,11 +46,11 @@ func TestDiscoverFleets(t *testing.T) {
 		wantBusID0   string
 		wantNVMLBus0 string
 	}{
-		{"dgxh100", 8, "NVIDIA H100 80GB HBM3", "hopper", "9.0", 81920, 18, true, true, "0000:1b:00.0", "00000000:1B:00.0"},
-		{"dgxh200", 8, "NVIDIA H200 141GB HBM3e", "hopper", "9.0", 144384, 18, true, true, "0000:1b:00.0", "00000000:1B:00.0"},
-		{"dgxa100", 8, "NVIDIA A100-SXM4-40GB", "ampere", "8.0", 40960, 12, true, true, "0000:1b:00.0", "00000000:1B:00.0"},
-		{"1xA10G", 1, "NVIDIA A10G", "ampere", "8.6", 23028, 0, false, true, "0000:1b:00.0", "00000000:1B:00.0"},
-		{"2xL4", 2, "NVIDIA L4", "ada", "8.9", 23034, 0, false, true, "0000:1b:00.0", "00000000:1B:00.0"},
+		{"dgxh100", 8, "NVIDIA H100 80GB HBM3", "Hopper", "9.0", 81920, 18, true, true, "0000:1b:00.0", "00000000:1B:00.0"},
+		{"dgxh200", 8, "NVIDIA H200 141GB HBM3e", "Hopper", "9.0", 144384, 18, true, true, "0000:1b:00.0", "00000000:1B:00.0"},
+		{"dgxa100", 8, "NVIDIA A100-SXM4-40GB", "Ampere", "8.0", 40960, 12, true, true, "0000:1b:00.0", "00000000:1B:00.0"},
+		{"1xA10G", 1, "NVIDIA A10G", "Ampere", "8.6", 23028, 0, false, true, "0000:1b:00.0", "00000000:1B:00.0"},
+		{"2xL4", 2, "NVIDIA L4", "Ada Lovelace", "8.9", 23034, 0, false, true, "0000:1b:00.0", "00000000:1B:00.0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.profile, func(t *testing.T) {
@@ -195,7 +195,7 @@ func TestUnsupportedCallsDegradeToUnknown(t *testing.T) {
 			return ""
 		}},
 		{"architecture", []string{"GetArchitecture"}, func(d gpu.Device) string {
-			if d.Architecture != "unknown" {
+			if d.Architecture != "Unknown" {
 				return "architecture " + d.Architecture
 			}
 			return ""
@@ -265,7 +265,7 @@ func TestUnsupportedCallsDegradeToUnknown(t *testing.T) {
 				t.Errorf("GPU lost its identity: %+v", d)
 			}
 			// The other GPUs are untouched.
-			if o := inv.Devices[1]; !o.Memory.Known || o.Architecture != "hopper" || o.UtilizationPercent == nil {
+			if o := inv.Devices[1]; !o.Memory.Known || o.Architecture != "Hopper" || o.UtilizationPercent == nil {
 				t.Errorf("GPU 1 affected: %+v", o)
 			}
 		})

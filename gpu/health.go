@@ -45,21 +45,23 @@ func DescribeXID(xid uint64) string {
 // which restarts the agent's view of it.
 type HealthTracker struct {
 	mu   sync.Mutex
-	xids map[string][]uint64 // by GPU UUID, in arrival order
+	xids map[string][]uint64 // critical ones by GPU UUID, in arrival order
+	last map[string]uint64   // the last XID of any kind, by GPU UUID
 }
 
 // NewHealthTracker returns an empty tracker.
 func NewHealthTracker() *HealthTracker {
-	return &HealthTracker{xids: map[string][]uint64{}}
+	return &HealthTracker{xids: map[string][]uint64{}, last: map[string]uint64{}}
 }
 
 // RecordXID notes an XID on the GPU with this UUID. Application XIDs are ignored.
 func (t *HealthTracker) RecordXID(uuid string, xid uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.last[uuid] = xid
 	if !IsCriticalXID(xid) {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, seen := range t.xids[uuid] {
 		if seen == xid {
 			return
@@ -74,6 +76,7 @@ func (t *HealthTracker) Apply(inv *Inventory) {
 	defer t.mu.Unlock()
 	for i := range inv.Devices {
 		d := &inv.Devices[i]
+		d.Health.LastAnyXID = t.last[d.UUID]
 		for _, xid := range t.xids[d.UUID] {
 			d.Health.State = Unhealthy
 			d.Health.Reasons = append(d.Health.Reasons, DescribeXID(xid))

@@ -23,8 +23,11 @@ type Device struct {
 	Minor       int
 	UUID        string
 	ProductName string
-	// Architecture is lower case ("ampere", "hopper"); "unknown" if NVML cannot say.
+	// Architecture is as NVIDIA writes it (go-nvlib): "Ampere", "Hopper",
+	// "Ada Lovelace"; "Unknown" if NVML cannot say.
 	Architecture string
+	// Brand is NVML's brand as go-nvlib writes it: "Nvidia", "Tesla", ...
+	Brand string
 	// CUDAComputeCapability is "major.minor", e.g. "9.0"; empty if unknown.
 	CUDAComputeCapability string
 	// PCIBusID is in the canonical Linux form "dddd:bb:dd.f" (lower case), as
@@ -33,7 +36,10 @@ type Device struct {
 	// NVMLPCIBusID is the bus id exactly as NVML spells it
 	// ("00000000:07:00.0"), which is what the DCGM exporter puts in labels.
 	NVMLPCIBusID string
-	NUMANode     *int
+	// PCIeRoot is the PCIe root complex ("pci0000:00"), from sysfs; empty
+	// if unknown (the agent fills it, NVML cannot tell).
+	PCIeRoot string
+	NUMANode *int
 
 	Memory Memory
 	MIG    MIG
@@ -55,6 +61,16 @@ type Device struct {
 	EnergyMillijoules *uint64
 	SMClockMHz        *uint32
 	MemoryClockMHz    *uint32
+
+	// Row remapping (Ampere and newer): rows remapped for correctable and
+	// uncorrectable errors, and whether remapping failed.
+	RemappedRowsCorrectable, RemappedRowsUncorrectable *uint64
+	RowRemapFailed                                     *bool
+	// PCIeReplays is the PCIe replay (retry) counter.
+	PCIeReplays *uint64
+	// EncoderUtilizationPercent and DecoderUtilizationPercent are the video
+	// engines' utilization.
+	EncoderUtilizationPercent, DecoderUtilizationPercent *uint32
 
 	// Processes are the compute processes running on the GPU (or on its MIG devices).
 	Processes []Process
@@ -91,7 +107,9 @@ type MIGDevice struct {
 	ComputeInstanceID   int
 	SliceCount          uint32
 	MultiprocessorCount uint32
-	Memory              Memory
+	// Engine counts of the instance.
+	CopyEngines, Decoders, Encoders, JPEGEngines, OFAEngines uint32
+	Memory                                                   Memory
 }
 
 // Process is one process holding GPU memory.
@@ -119,4 +137,7 @@ type Health struct {
 	Reasons []string
 	// LastXID is the last critical XID seen on this GPU, 0 if none.
 	LastXID uint64
+	// LastAnyXID is the last XID of any kind (what DCGM's XID_ERRORS
+	// reports), application XIDs included; 0 if none.
+	LastAnyXID uint64
 }

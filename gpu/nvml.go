@@ -14,26 +14,38 @@ const LibraryName = "libnvidia-ml.so.1"
 // driver on this machine, or it is not mounted into the container.
 var ErrNoDriver = errors.New(LibraryName + " not found: install the NVIDIA driver, or mount it into this container (NVIDIA container toolkit), or run with --fake-gpus")
 
-// Open loads and initializes NVML from libraryPath (LibraryName when empty).
-// The returned function shuts NVML down.
-func Open(libraryPath string) (nvml.Interface, func(), error) {
+// Library returns NVML from libraryPath (LibraryName when empty), not yet
+// initialized: call Init (see InitError) and Shutdown around its use.
+func Library(libraryPath string) nvml.Interface {
 	if libraryPath == "" {
 		libraryPath = LibraryName
 	}
-	lib := nvml.New(nvml.WithLibraryPath(libraryPath))
-	switch ret := lib.Init(); ret {
+	return nvml.New(nvml.WithLibraryPath(libraryPath))
+}
+
+// InitError turns the result of nvml.Init into an error that says what to
+// do; nil on success.
+func InitError(ret nvml.Return) error {
+	switch ret {
 	case nvml.SUCCESS:
+		return nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		if libraryPath != LibraryName {
-			return nil, nil, fmt.Errorf("load %s: %w", libraryPath, ErrNoDriver)
-		}
-		return nil, nil, ErrNoDriver
+		return ErrNoDriver
 	case nvml.ERROR_DRIVER_NOT_LOADED:
-		return nil, nil, errors.New("NVIDIA kernel driver is not loaded: load the nvidia module (modprobe nvidia) or reboot after installing the driver")
+		return errors.New("NVIDIA kernel driver is not loaded: load the nvidia module (modprobe nvidia), wait for the GPU Operator's driver pod, or reboot after installing the driver")
 	case nvml.ERROR_NO_PERMISSION:
-		return nil, nil, errors.New("no permission to open the NVIDIA devices: run the agent privileged or with access to /dev/nvidia*")
+		return errors.New("no permission to open the NVIDIA devices: give the agent access to /dev/nvidia*")
 	default:
-		return nil, nil, fmt.Errorf("initialize NVML: %w", ret)
+		return fmt.Errorf("initialize NVML: %w", ret)
+	}
+}
+
+// Open loads and initializes NVML from libraryPath (LibraryName when empty).
+// The returned function shuts NVML down.
+func Open(libraryPath string) (nvml.Interface, func(), error) {
+	lib := Library(libraryPath)
+	if err := InitError(lib.Init()); err != nil {
+		return nil, nil, err
 	}
 	return lib, func() { _ = lib.Shutdown() }, nil
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -45,8 +46,12 @@ type options struct {
 	nodeName, kubeconfig, fakeGPUs, nvmlLibrary   string
 	pluginDataDir, registrarDir, cdiRoot          string
 	metricsAddr, podResourcesSocket               string
-	mps, installDeviceClass, smoke                bool
+	mps, installDeviceClass, smoke, watchNode     bool
+	dcgmSeries                                    bool
 	pollInterval, statusMinInterval, statusMaxInt time.Duration
+	readTimeout, gcGrace                          time.Duration
+	cdi                                           agent.CDIOptions
+	mpsRoot, mpsControl                           string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -62,7 +67,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.cdiRoot, "cdi-root", kubeletplugin.DefaultCDIDir, "directory for CDI spec files")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", `address for /metrics; "0" disables it`)
 	fs.StringVar(&o.podResourcesSocket, "pod-resources-socket", agent.DefaultPodResourcesSocket, "kubelet PodResources socket for pod labels on metrics; empty disables")
-	fs.BoolVar(&o.mps, "mps", false, "an MPS daemon serves this node's GPUs: enforce memory shares with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+	fs.BoolVar(&o.mps, "mps", false, "enforce memory shares: run an MPS control daemon per shared GPU and give each claim a pinned device-memory limit")
+	fs.StringVar(&o.mpsRoot, "mps-root", agent.DefaultMPSRoot, "host directory under which each GPU's MPS pipe and log directories are made")
+	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control program (under --driver-root)")
+	fs.StringVar(&o.cdi.DriverRoot, "driver-root", "/", "where the agent sees the NVIDIA driver's files (GPU Operator: the mount of /run/nvidia/driver)")
+	fs.StringVar(&o.cdi.HostDriverRoot, "host-driver-root", "", "the same directory on the host, as CDI specs must name it (default --driver-root)")
+	fs.StringVar(&o.cdi.DevRoot, "dev-root", "", "where /dev is found (default: --driver-root if it holds dev/nvidiactl, else /)")
+	fs.StringVar(&o.cdi.HookPath, "nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook", "nvidia-cdi-hook on the host (GPU Operator: /usr/local/nvidia/toolkit/nvidia-cdi-hook)")
+	fs.BoolVar(&o.dcgmSeries, "dcgm-series", true, "serve the GPUs' DCGM_FI_* series; turn off where dcgm-exporter also runs (gantry_* series stay)")
+	fs.BoolVar(&o.watchNode, "watch-node", true, "follow the node's labels to release NVML during a GPU Operator driver upgrade (or while "+agent.ReleaseNVMLLabel+"=true)")
+	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "a GPU reading that takes longer counts as NVML not answering")
+	fs.DurationVar(&o.gcGrace, "checkpoint-gc-grace", 5*time.Minute, "how long a prepared claim must be missing from the API before it is unprepared; 0 disables")
 	fs.BoolVar(&o.installDeviceClass, "install-device-class", true, "create the gpu.gantry.dev DeviceClass if it is missing")
 	fs.BoolVar(&o.smoke, "smoke", false, "read the GPUs once, print them and their metrics, and exit (no Kubernetes needed)")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 10*time.Second, "how often the GPUs are read")
@@ -96,24 +111,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func openGPUs(o *options) (nvml.Interface, func(), error) {
+// gpuLibrary is NVML, not yet initialised: the agent opens and closes it.
+func gpuLibrary(o *options) (nvml.Interface, error) {
 	if o.fakeGPUs != "" {
-		f, err := fake.New(o.fakeGPUs, o.nodeName)
-		if err != nil {
-			return nil, nil, err
-		}
-		return f, func() {}, nil
+		return fake.New(o.fakeGPUs, o.nodeName)
 	}
-	return gpu.Open(o.nvmlLibrary)
+	return gpu.Library(o.nvmlLibrary), nil
 }
 
 func execute(o *options, stdout io.Writer) error {
-	lib, closeLib, err := openGPUs(o)
+	lib, err := gpuLibrary(o)
 	if err != nil {
 		return err
 	}
-	defer closeLib()
 	if o.smoke {
+		if err := gpu.InitError(lib.Init()); err != nil {
+			return err
+		}
+		defer lib.Shutdown()
 		return smoke(lib, o, stdout)
 	}
 	if o.nodeName == "" {
@@ -140,12 +155,8 @@ func execute(o *options, stdout io.Writer) error {
 		return fmt.Errorf("GPUNode client: %w", err)
 	}
 
-	a, err := agent.New(agent.Config{
-		NodeName: o.nodeName, KubeClient: kube, NVML: lib,
-		PluginDataDir: o.pluginDataDir, RegistrarDir: o.registrarDir, CDIRoot: o.cdiRoot,
-		MPS: o.mps, PollInterval: o.pollInterval, InstallDeviceClass: o.installDeviceClass,
-		Status: agent.NewStatusWriter(statusClient, o.nodeName, agent.StatusOptions{MinInterval: o.statusMinInterval, MaxInterval: o.statusMaxInt}),
-	})
+	acfg := agentConfig(o, lib, kube, statusClient)
+	a, err := agent.New(acfg)
 	if err != nil {
 		return err
 	}
@@ -164,9 +175,19 @@ func execute(o *options, stdout io.Writer) error {
 			pods = lister
 		}
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(agent.NewMetrics(o.nodeName, a.Snapshot(), a.Driver().Allocations, pods))
+		m := agent.NewMetrics(o.nodeName, a.Snapshot(), a.Driver().Allocations, pods)
+		m.NoDCGMSeries = !o.dcgmSeries
+		reg.MustRegister(m)
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		// Liveness: the kubelet has accepted the plugin's registration.
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if err := a.Registered(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
 		srv := &http.Server{Addr: o.metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -177,6 +198,28 @@ func execute(o *options, stdout io.Writer) error {
 		defer srv.Close()
 	}
 	return a.Run(ctx)
+}
+
+// agentConfig turns the flags into the agent's configuration.
+func agentConfig(o *options, lib nvml.Interface, kube kubernetes.Interface, statusClient client.Client) agent.Config {
+	acfg := agent.Config{
+		NodeName: o.nodeName, KubeClient: kube, NVML: lib,
+		PluginDataDir: o.pluginDataDir, RegistrarDir: o.registrarDir, CDIRoot: o.cdiRoot, CDI: o.cdi,
+		PollInterval: o.pollInterval, ReadTimeout: o.readTimeout,
+		InstallDeviceClass: o.installDeviceClass, WatchNode: o.watchNode,
+		Status: agent.NewStatusWriter(statusClient, o.nodeName, agent.StatusOptions{MinInterval: o.statusMinInterval, MaxInterval: o.statusMaxInt}),
+	}
+	if o.gcGrace > 0 {
+		acfg.GC = &agent.CheckpointGC{Client: kube, Grace: o.gcGrace}
+	}
+	if o.mps {
+		acfg.MPS = agent.NewMPSManager(agent.MPSOptions{Root: o.mpsRoot, Control: filepath.Join(o.cdi.DriverRoot, "usr/bin", filepath.Base(o.mpsControl))})
+	}
+	if o.fakeGPUs != "" {
+		// Fake GPUs have no device nodes or driver files to hand out.
+		acfg.NewEditor = func(nvml.Interface) (agent.CDIEditor, error) { return agent.FakeCDIEditor{}, nil }
+	}
+	return acfg
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -23,7 +23,7 @@ func TestSmokeOnFakeGPUs(t *testing.T) {
 	if code := run([]string{"--smoke", "--fake-gpus=1xA10G", "--node-name=n1"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"1 GPU(s)", "NVIDIA A10G", "ampere", "Healthy", `DCGM_FI_DEV_FB_USED{DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="n1"`} {
+	for _, want := range []string{"1 GPU(s)", "NVIDIA A10G", "Ampere", "Healthy", `DCGM_FI_DEV_FB_USED{DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="n1"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

@@ -95,6 +95,7 @@ type Fleet struct {
 	*server.Server
 	GPUs   []*GPU
 	events chan nvml.EventData
+	life   lifecycle
 }
 
 // GPU is one fake GPU. Its setters are safe to call while the fleet is read
@@ -130,6 +131,7 @@ type migDevice struct {
 	uuid      string
 	gi        nvml.GpuInstance
 	giID      int
+	ciID      int
 	profile   nvml.GpuInstanceProfileInfo
 	usedBytes uint64
 }
@@ -161,6 +163,18 @@ func New(profile, seed string) (*Fleet, error) {
 	fillUnsupported(reflect.ValueOf(&s.Interface).Elem())
 	fillUnsupported(reflect.ValueOf(&s.ExtendedInterface).Elem())
 	s.EventSetCreateFunc = f.newEventSet
+	f.installLifecycle()
+	byUUID := s.DeviceGetHandleByUUIDFunc
+	s.DeviceGetHandleByUUIDFunc = func(id string) (nvml.Device, nvml.Return) {
+		for _, g := range f.GPUs {
+			for _, m := range g.migs {
+				if m.uuid == id {
+					return m, nvml.SUCCESS
+				}
+			}
+		}
+		return byUUID(id)
+	}
 
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
@@ -318,10 +332,16 @@ func (g *GPU) EnableMIG(profileIDs ...int) error {
 			return fmt.Errorf("create GPU instance: %w", ret)
 		}
 		giInfo, _ := gi.GetInfo()
+		ci, err := fullComputeInstance(gi, info.SliceCount)
+		if err != nil {
+			return err
+		}
+		ciInfo, _ := ci.GetInfo()
 		md := &migDevice{
 			uuid:    "MIG-" + uuid.NewSHA1(uuid.NameSpaceOID, []byte(fmt.Sprintf("%s/mig/%d", g.seed, n))).String(),
 			gi:      gi,
 			giID:    int(giInfo.Id),
+			ciID:    int(ciInfo.Id),
 			profile: info,
 		}
 		g.installMIG(md)
@@ -348,6 +368,8 @@ func (g *GPU) install() {
 		return p, nvml.SUCCESS
 	}
 	d.GetNumaNodeIdFunc = func() (int, nvml.Return) { return g.numa, nvml.SUCCESS }
+	// NVIDIA's CDI library asks each handle whether it is a MIG device.
+	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -406,6 +428,9 @@ func (g *GPU) install() {
 		defer g.mu.Unlock()
 		return 0, 0, g.state.remapPending, g.state.remapFailed, nvml.SUCCESS
 	}
+	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
+	d.GetEncoderUtilizationFunc = func() (uint32, uint32, nvml.Return) { return 0, 167000, nvml.SUCCESS }
+	d.GetDecoderUtilizationFunc = func() (uint32, uint32, nvml.Return) { return 0, 167000, nvml.SUCCESS }
 	d.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -422,6 +447,14 @@ func (g *GPU) install() {
 	}
 	d.GetNvLinkRemoteDeviceTypeFunc = func(int) (nvml.IntNvLinkDeviceType, nvml.Return) {
 		return nvml.NVLINK_DEVICE_TYPE_SWITCH, nvml.SUCCESS
+	}
+	d.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
+		for _, m := range g.migs {
+			if m.giID == id {
+				return m.gi, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
 	}
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) {
 		if len(d.Config.MIGProfiles.GpuInstanceProfiles) == 0 {
@@ -447,12 +480,19 @@ func (g *GPU) installMIG(md *migDevice) {
 	fillUnsupported(reflect.ValueOf(&md.Device).Elem())
 	md.GetUUIDFunc = func() (string, nvml.Return) { return md.uuid, nvml.SUCCESS }
 	md.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return true, nvml.SUCCESS }
+	index := len(g.migs) // installMIG runs before md is appended
+	md.GetIndexFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
 	md.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) { return g.dev, nvml.SUCCESS }
 	md.GetGpuInstanceIdFunc = func() (int, nvml.Return) { return md.giID, nvml.SUCCESS }
-	md.GetComputeInstanceIdFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
+	md.GetComputeInstanceIdFunc = func() (int, nvml.Return) { return md.ciID, nvml.SUCCESS }
 	md.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
 		return nvml.DeviceAttributes{
 			MultiprocessorCount:       md.profile.MultiprocessorCount,
+			SharedCopyEngineCount:     md.profile.CopyEngineCount,
+			SharedDecoderCount:        md.profile.DecoderCount,
+			SharedEncoderCount:        md.profile.EncoderCount,
+			SharedJpegCount:           md.profile.JpegCount,
+			SharedOfaCount:            md.profile.OfaCount,
 			GpuInstanceSliceCount:     md.profile.SliceCount,
 			ComputeInstanceSliceCount: md.profile.SliceCount,
 			MemorySizeMB:              md.profile.MemorySizeMB,
@@ -509,4 +549,31 @@ func notSupported(fn reflect.Type) reflect.Value {
 		}
 		return out
 	})
+}
+
+// fullComputeInstance creates the compute instance that spans a GPU
+// instance of `slices` slices, as `nvidia-smi mig -cgi ... -C` does.
+func fullComputeInstance(gi nvml.GpuInstance, slices uint32) (nvml.ComputeInstance, error) {
+	sgi, ok := gi.(*server.GpuInstance)
+	if !ok {
+		return nil, fmt.Errorf("unexpected GPU instance type %T", gi)
+	}
+	for id := 0; id < nvml.COMPUTE_INSTANCE_PROFILE_COUNT; id++ {
+		info, ret := gi.GetComputeInstanceProfileInfo(id, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if ret != nvml.SUCCESS || info.SliceCount != slices {
+			continue
+		}
+		ci, ret := gi.CreateComputeInstance(&info)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("create compute instance: %w", ret)
+		}
+		sgi.GetComputeInstanceByIdFunc = func(id int) (nvml.ComputeInstance, nvml.Return) {
+			if info, _ := ci.GetInfo(); int(info.Id) == id {
+				return ci, nvml.SUCCESS
+			}
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return ci, nil
+	}
+	return nil, fmt.Errorf("no compute instance profile of %d slices", slices)
 }

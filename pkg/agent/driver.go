@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -34,9 +35,11 @@ type DriverOptions struct {
 	PluginDataDir string
 	// CDIRoot is where CDI spec files are written, e.g. /var/run/cdi.
 	CDIRoot string
-	// MPS adds CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to enforce memory shares
-	// through an MPS daemon running on the node.
-	MPS bool
+	// MPS, if set, gives each shared device the edits of its MPS daemon.
+	MPS *MPSManager
+	// Editor returns the NVIDIA CDI editor, or nil while NVML is closed
+	// (then claims can be unprepared but not newly prepared).
+	Editor func() CDIEditor
 	// Snapshot supplies the current GPUs.
 	Snapshot *Snapshot
 	// OnFatal is called with errors after which the agent must stop.
@@ -59,8 +62,8 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
 // NewDriver loads the checkpoint left by an earlier run.
 func NewDriver(opts DriverOptions) (*Driver, error) {
-	if opts.NodeName == "" || opts.PluginDataDir == "" || opts.CDIRoot == "" || opts.Snapshot == nil {
-		return nil, errors.New("DRA driver needs a node name, a plugin data directory, a CDI root and a snapshot")
+	if opts.NodeName == "" || opts.PluginDataDir == "" || opts.CDIRoot == "" || opts.Snapshot == nil || opts.Editor == nil {
+		return nil, errors.New("DRA driver needs a node name, a plugin data directory, a CDI root, a snapshot and a CDI editor")
 	}
 	path := filepath.Join(opts.PluginDataDir, CheckpointFile)
 	cp, err := loadCheckpoint(path)
@@ -106,8 +109,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 func (d *Driver) prepareClaim(claim *resourceapi.ResourceClaim, inv *gpu.Inventory) ([]preparedDevice, bool, error) {
 	if existing, ok := d.cp.Claims[claim.UID]; ok {
 		// The CDI spec may be gone (tmpfs /var/run after a reboot); recreate it.
-		if err := writeCDISpec(d.opts.CDIRoot, claim.UID, existing.Devices, d.opts.MPS); err != nil {
-			return nil, false, err
+		if !cdiSpecExists(d.opts.CDIRoot, claim.UID) {
+			if err := d.writeSpecs(claim.UID, existing.Devices); err != nil {
+				return nil, false, err
+			}
 		}
 		return existing.Devices, false, nil
 	}
@@ -128,28 +133,51 @@ func (d *Driver) prepareClaim(claim *resourceapi.ResourceClaim, inv *gpu.Invento
 	if err := d.checkCapacity(claim.UID, devs); err != nil {
 		return nil, false, err
 	}
-	if err := writeCDISpec(d.opts.CDIRoot, claim.UID, devs, d.opts.MPS); err != nil {
+	if err := d.writeSpecs(claim.UID, devs); err != nil {
 		return nil, false, err
 	}
 	d.cp.Claims[claim.UID] = &preparedClaim{Namespace: claim.Namespace, Name: claim.Name, Devices: devs}
 	return devs, true, nil
 }
 
+// writeSpecs writes the claim's spec, and the node's common spec if it is
+// missing. Both need NVML.
+func (d *Driver) writeSpecs(claimUID types.UID, devs []preparedDevice) error {
+	editor := d.opts.Editor()
+	if editor == nil {
+		return errNoNVML
+	}
+	if _, err := os.Stat(cdiCommonSpecPath(d.opts.CDIRoot)); err != nil {
+		if err := writeCommonSpec(d.opts.CDIRoot, editor); err != nil {
+			return err
+		}
+	}
+	var mps func(preparedDevice) *mpsEdits
+	if d.opts.MPS != nil {
+		for _, pd := range devs {
+			if pd.MemoryBytes < pd.TotalBytes {
+				if err := d.opts.MPS.Ensure(pd.UUID); err != nil {
+					return err
+				}
+			}
+		}
+		mps = d.opts.MPS.Edits
+	}
+	return writeClaimSpec(d.opts.CDIRoot, claimUID, devs, editor, mps)
+}
+
 func (d *Driver) prepareResult(claimUID types.UID, r resourceapi.DeviceRequestAllocationResult, inv *gpu.Inventory) (preparedDevice, error) {
 	if r.Pool != d.opts.NodeName {
 		return preparedDevice{}, fmt.Errorf("device %s is in pool %q, but this is node %q", r.Device, r.Pool, d.opts.NodeName)
 	}
-	g, ok := deviceByName(inv, r.Device)
+	t, ok := lookupDevice(inv, r.Device)
 	if !ok {
 		return preparedDevice{}, fmt.Errorf("device %s does not exist on node %s", r.Device, d.opts.NodeName)
 	}
-	if g.Health.State == gpu.Unhealthy {
-		return preparedDevice{}, fmt.Errorf("GPU %s (%s) is unhealthy: %s", r.Device, g.UUID, strings.Join(g.Health.Reasons, "; "))
+	if t.Health.State == gpu.Unhealthy {
+		return preparedDevice{}, fmt.Errorf("GPU %s (%s) is unhealthy: %s", r.Device, t.UUID, strings.Join(t.Health.Reasons, "; "))
 	}
-	if g.MIG.Enabled {
-		return preparedDevice{}, fmt.Errorf("GPU %s (%s) is in MIG mode and cannot be handed out whole", r.Device, g.UUID)
-	}
-	total := int64(g.Memory.TotalBytes)
+	total := t.ShareableBytes
 	memory := total
 	if q, ok := r.ConsumedCapacity[MemoryCapacity]; ok {
 		memory = q.Value()
@@ -165,7 +193,7 @@ func (d *Driver) prepareResult(claimUID types.UID, r resourceapi.DeviceRequestAl
 		Requests:    []string{r.Request},
 		Pool:        r.Pool,
 		Device:      r.Device,
-		UUID:        g.UUID,
+		UUID:        t.UUID,
 		ShareID:     r.ShareID,
 		MemoryBytes: memory,
 		TotalBytes:  total,
@@ -219,7 +247,7 @@ func resultDevices(devs []preparedDevice) []kubeletplugin.Device {
 			Requests:     pd.Requests,
 			PoolName:     pd.Pool,
 			DeviceName:   pd.Device,
-			CDIDeviceIDs: []string{pd.CDIDeviceID},
+			CDIDeviceIDs: []string{CDICommonDeviceID, pd.CDIDeviceID},
 			ShareID:      pd.ShareID,
 		})
 	}
@@ -316,23 +344,28 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 }
 
 func (d *Driver) healthReport() kubeletplugin.DeviceHealthReport {
-	inv := d.opts.Snapshot.Get()
+	inv, stale := d.opts.Snapshot.Get(), d.opts.Snapshot.Staleness()
 	var report kubeletplugin.DeviceHealthReport
 	if inv == nil {
 		return report
 	}
-	for _, g := range inv.Devices {
+	for _, pd := range publishedDevices(inv) {
+		g := pd.gpu
 		h := kubeletplugin.DeviceHealth{
 			PoolName:           d.opts.NodeName,
-			DeviceName:         DeviceName(g.Index),
+			DeviceName:         pd.name,
 			LastUpdated:        inv.SampledAt,
 			HealthCheckTimeout: 3 * healthResend,
 			Message:            strings.Join(g.Health.Reasons, "; "),
 		}
-		switch g.Health.State {
-		case gpu.Healthy:
+		switch {
+		case stale.Stale:
+			// A last reading says nothing about the GPU now.
+			h.Health = kubeletplugin.HealthStatusUnknown
+			h.Message = "no live reading: " + stale.Message
+		case g.Health.State == gpu.Healthy:
 			h.Health = kubeletplugin.HealthStatusHealthy
-		case gpu.Unhealthy:
+		case g.Health.State == gpu.Unhealthy:
 			h.Health = kubeletplugin.HealthStatusUnhealthy
 		default:
 			h.Health = kubeletplugin.HealthStatusUnknown
@@ -340,4 +373,25 @@ func (d *Driver) healthReport() kubeletplugin.DeviceHealthReport {
 		report.Devices = append(report.Devices, h)
 	}
 	return report
+}
+
+// publishedDevice is a device name of the slice and the GPU behind it (the
+// parent, for a MIG device).
+type publishedDevice struct {
+	name string
+	gpu  gpu.Device
+}
+
+func publishedDevices(inv *gpu.Inventory) []publishedDevice {
+	var out []publishedDevice
+	for _, g := range inv.Devices {
+		if !g.MIG.Enabled {
+			out = append(out, publishedDevice{DeviceName(g.Index), g})
+			continue
+		}
+		for _, m := range g.MIG.Devices {
+			out = append(out, publishedDevice{MIGDeviceName(g.Index, m), g})
+		}
+	}
+	return out
 }

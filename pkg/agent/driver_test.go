@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,22 +14,38 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gantry-dev/gantry/gpu/fake"
 )
 
 type driverEnv struct {
-	dataDir, cdiRoot string
-	snapshot         *Snapshot
+	dataDir, cdiRoot, driverRoot string
+	realNodes                    bool
+	fleet                        *fake.Fleet
+	snapshot                     *Snapshot
+	// editor is NVIDIA's CDI library on the fleet and its fake driver
+	// root; nil stands for NVML closed.
+	editor CDIEditor
 }
 
 func newDriverEnv(t *testing.T, profile string) *driverEnv {
-	_, inv := discover(t, profile)
-	return &driverEnv{dataDir: t.TempDir(), cdiRoot: t.TempDir(), snapshot: NewSnapshot(inv)}
+	f, inv := discover(t, profile)
+	e := &driverEnv{dataDir: t.TempDir(), cdiRoot: t.TempDir(), driverRoot: t.TempDir(), fleet: f, snapshot: NewSnapshot(inv)}
+	var err error
+	if e.realNodes, err = f.DriverRoot(e.driverRoot); err != nil {
+		t.Fatal(err)
+	}
+	if e.editor, err = NewNVCDIEditor(f, CDIOptions{DriverRoot: e.driverRoot}); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // start builds a Driver on the env's directories, as a (re)started agent would.
-func (e *driverEnv) start(t *testing.T, mps bool) *Driver {
+func (e *driverEnv) start(t *testing.T, mps *MPSManager) *Driver {
 	t.Helper()
-	d, err := NewDriver(DriverOptions{NodeName: testNode, PluginDataDir: e.dataDir, CDIRoot: e.cdiRoot, MPS: mps, Snapshot: e.snapshot})
+	d, err := NewDriver(DriverOptions{NodeName: testNode, PluginDataDir: e.dataDir, CDIRoot: e.cdiRoot, MPS: mps, Snapshot: e.snapshot,
+		Editor: func() CDIEditor { return e.editor }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +97,7 @@ func readCDIEnv(t *testing.T, cdiRoot string, uid types.UID) (cdispec.Spec, map[
 
 func TestPrepareShareWritesCDISpec(t *testing.T) {
 	e := newDriverEnv(t, "dgxh100")
-	d := e.start(t, false)
+	d := e.start(t, nil)
 	claim := allocatedClaim("uid-1", "llm", share{device: "gpu-2", memory: "20Gi", shareID: "share-1"})
 
 	res := prepare(t, d, claim)[claim.UID]
@@ -90,31 +108,54 @@ func TestPrepareShareWritesCDISpec(t *testing.T) {
 		t.Fatalf("devices %+v", res.Devices)
 	}
 	dev := res.Devices[0]
-	wantID := "gpu.gantry.dev/gpu=uid-1-gpu-2-share-1"
-	if dev.PoolName != testNode || dev.DeviceName != "gpu-2" || len(dev.CDIDeviceIDs) != 1 || dev.CDIDeviceIDs[0] != wantID ||
+	wantIDs := []string{"gpu.gantry.dev/gpu=common", "gpu.gantry.dev/gpu=uid-1-gpu-2-share-1"}
+	if dev.PoolName != testNode || dev.DeviceName != "gpu-2" || strings.Join(dev.CDIDeviceIDs, " ") != strings.Join(wantIDs, " ") ||
 		dev.ShareID == nil || *dev.ShareID != "share-1" || dev.Requests[0] != "gpu" {
-		t.Errorf("device %+v, want CDI id %s", dev, wantID)
+		t.Errorf("device %+v, want CDI ids %v", dev, wantIDs)
 	}
 
 	spec, env := readCDIEnv(t, e.cdiRoot, claim.UID)
 	if spec.Kind != "gpu.gantry.dev/gpu" || spec.Devices[0].Name != "uid-1-gpu-2-share-1" || spec.Version == "" {
 		t.Errorf("spec %+v", spec)
 	}
-	uuid := e.snapshot.Get().Devices[2].UUID
-	want := map[string]string{EnvVisibleDevices: uuid, EnvMemoryBytes: "21474836480", EnvMemoryFraction: "0.2500"}
+	g := e.snapshot.Get().Devices[2]
+	sfx := uuidEnvSuffix(g.UUID)
+	frac := strconv.FormatFloat(float64(20<<30)/float64(ShareableBytes(g.Memory)), 'f', 4, 64)
+	want := map[string]string{EnvMemoryBytesPrefix + sfx: "21474836480", EnvMemoryFractionPrefix + sfx: frac}
 	for k, v := range want {
 		if env[k] != v {
 			t.Errorf("%s=%q, want %q", k, env[k], v)
 		}
 	}
+	if _, ok := env["NVIDIA_VISIBLE_DEVICES"]; ok {
+		t.Error("the claim's device sets NVIDIA_VISIBLE_DEVICES; only the common device may (to void)")
+	}
 	if _, ok := env[EnvMPSMemoryLimit]; ok {
 		t.Error("MPS limit set without MPS")
+	}
+	var nodes []string
+	for _, n := range spec.Devices[0].ContainerEdits.DeviceNodes {
+		nodes = append(nodes, n.Path)
+	}
+	if strings.Join(nodes, " ") != "/dev/nvidia2" {
+		t.Errorf("claim device nodes %v, want /dev/nvidia2", nodes)
 	}
 }
 
 func TestPrepareWholeGPUAndMPS(t *testing.T) {
 	e := newDriverEnv(t, "2xA10G")
-	d := e.start(t, true)
+	mps := NewMPSManager(MPSOptions{Root: t.TempDir(), Control: "/driver/usr/bin/nvidia-cuda-mps-control"})
+	var started []string
+	mps.run = func(c *exec.Cmd) error {
+		started = append(started, strings.Join(c.Args, " "))
+		for _, kv := range c.Env {
+			if strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "CUDA_MPS_PIPE_DIRECTORY=") {
+				started = append(started, kv)
+			}
+		}
+		return nil
+	}
+	d := e.start(t, mps)
 	whole := allocatedClaim("uid-w", "train", share{device: "gpu-0"})
 	shared := allocatedClaim("uid-s", "serve", share{device: "gpu-1", memory: "6Gi", shareID: "s1"})
 	res := prepare(t, d, whole, shared)
@@ -125,12 +166,31 @@ func TestPrepareWholeGPUAndMPS(t *testing.T) {
 	}
 	inv := e.snapshot.Get()
 	_, env := readCDIEnv(t, e.cdiRoot, whole.UID)
-	if env[EnvMemoryFraction] != "1.0000" || env[EnvMemoryBytes] != "24146608128" {
+	if sfx := uuidEnvSuffix(inv.Devices[0].UUID); env[EnvMemoryFractionPrefix+sfx] != "1.0000" {
 		t.Errorf("whole GPU env %v", env)
 	}
-	_, env = readCDIEnv(t, e.cdiRoot, shared.UID)
-	if want := inv.Devices[1].UUID + "=6144M"; env[EnvMPSMemoryLimit] != want {
+	if _, ok := env[EnvMPSMemoryLimit]; ok {
+		t.Error("a whole GPU got an MPS limit")
+	}
+	spec, env := readCDIEnv(t, e.cdiRoot, shared.UID)
+	uuid1 := inv.Devices[1].UUID
+	if want := uuid1 + "=6144M"; env[EnvMPSMemoryLimit] != want {
 		t.Errorf("%s=%q, want %q", EnvMPSMemoryLimit, env[EnvMPSMemoryLimit], want)
+	}
+	pipe := filepath.Join(mps.opts.Root, uuid1, "pipe")
+	if env["CUDA_MPS_PIPE_DIRECTORY"] != pipe {
+		t.Errorf("pipe directory %q, want %q", env["CUDA_MPS_PIPE_DIRECTORY"], pipe)
+	}
+	var mounted bool
+	for _, m := range spec.Devices[0].ContainerEdits.Mounts {
+		mounted = mounted || (m.HostPath == pipe && m.ContainerPath == pipe)
+	}
+	if !mounted {
+		t.Error("MPS pipe directory not mounted")
+	}
+	want := "/driver/usr/bin/nvidia-cuda-mps-control -d,CUDA_VISIBLE_DEVICES=" + uuid1 + ",CUDA_MPS_PIPE_DIRECTORY=" + pipe
+	if got := strings.Join(started, ","); got != want {
+		t.Errorf("daemons started: %s\nwant %s", got, want)
 	}
 }
 
@@ -138,7 +198,7 @@ func TestPrepareIsIdempotentAndSurvivesRestart(t *testing.T) {
 	e := newDriverEnv(t, "dgxh100")
 	claim := allocatedClaim("uid-1", "llm", share{device: "gpu-0", memory: "20Gi", shareID: "a"})
 
-	d1 := e.start(t, false)
+	d1 := e.start(t, nil)
 	first := prepare(t, d1, claim)[claim.UID]
 	again := prepare(t, d1, claim)[claim.UID]
 	if first.Err != nil || again.Err != nil || first.Devices[0].CDIDeviceIDs[0] != again.Devices[0].CDIDeviceIDs[0] {
@@ -150,7 +210,7 @@ func TestPrepareIsIdempotentAndSurvivesRestart(t *testing.T) {
 	// Restart: a new driver on the same directories; the claim object no
 	// longer needs its allocation, because the kubelet may send a claim that
 	// has since been deleted and recreated.
-	d2 := e.start(t, false)
+	d2 := e.start(t, nil)
 	if got := d2.Allocations(); len(got) != 1 || got[0].MemoryBytes != 20<<30 || got[0].ClaimName != "llm" {
 		t.Fatalf("after restart allocations %+v", got)
 	}
@@ -173,7 +233,7 @@ func TestPrepareIsIdempotentAndSurvivesRestart(t *testing.T) {
 	if _, err := os.Stat(cdiSpecPath(e.cdiRoot, claim.UID)); !os.IsNotExist(err) {
 		t.Error("CDI spec left behind")
 	}
-	if got := e.start(t, false).Allocations(); len(got) != 0 {
+	if got := e.start(t, nil).Allocations(); len(got) != 0 {
 		t.Errorf("unprepared claim still checkpointed: %+v", got)
 	}
 }
@@ -181,12 +241,12 @@ func TestPrepareIsIdempotentAndSurvivesRestart(t *testing.T) {
 func TestPrepareRecreatesLostCDISpec(t *testing.T) {
 	e := newDriverEnv(t, "1xH100")
 	claim := allocatedClaim("uid-1", "llm", share{device: "gpu-0"})
-	prepare(t, e.start(t, false), claim)
+	prepare(t, e.start(t, nil), claim)
 	// /var/run is a tmpfs: a reboot loses CDI specs but not the checkpoint.
 	if err := os.Remove(cdiSpecPath(e.cdiRoot, claim.UID)); err != nil {
 		t.Fatal(err)
 	}
-	if r := prepare(t, e.start(t, false), claim)[claim.UID]; r.Err != nil {
+	if r := prepare(t, e.start(t, nil), claim)[claim.UID]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	if _, err := os.Stat(cdiSpecPath(e.cdiRoot, claim.UID)); err != nil {
@@ -264,7 +324,7 @@ func TestPrepareRefuses(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(e)
 			}
-			d := e.start(t, false)
+			d := e.start(t, nil)
 			for _, c := range tc.prepared {
 				if r := prepare(t, d, c)[c.UID]; r.Err != nil {
 					t.Fatalf("setup claim %s: %v", c.Name, r.Err)
@@ -277,7 +337,7 @@ func TestPrepareRefuses(t *testing.T) {
 			if _, err := os.Stat(cdiSpecPath(e.cdiRoot, tc.claim.UID)); !os.IsNotExist(err) {
 				t.Error("refused claim got a CDI spec")
 			}
-			if got := len(e.start(t, false).Allocations()); got != len(tc.prepared) {
+			if got := len(e.start(t, nil).Allocations()); got != len(tc.prepared) {
 				t.Errorf("%d allocations checkpointed, want %d", got, len(tc.prepared))
 			}
 		})
@@ -289,7 +349,8 @@ func TestCorruptCheckpointStopsTheDriver(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(e.dataDir, CheckpointFile), []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := NewDriver(DriverOptions{NodeName: testNode, PluginDataDir: e.dataDir, CDIRoot: e.cdiRoot, Snapshot: e.snapshot})
+	_, err := NewDriver(DriverOptions{NodeName: testNode, PluginDataDir: e.dataDir, CDIRoot: e.cdiRoot, Snapshot: e.snapshot,
+		Editor: func() CDIEditor { return e.editor }})
 	if err == nil || !strings.Contains(err.Error(), "parse checkpoint") {
 		t.Fatalf("error %v: a corrupt checkpoint must not silently forget prepared claims", err)
 	}
@@ -297,7 +358,7 @@ func TestCorruptCheckpointStopsTheDriver(t *testing.T) {
 
 func TestHealthReports(t *testing.T) {
 	e := newDriverEnv(t, "2xA10G")
-	d := e.start(t, false)
+	d := e.start(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reports := make(chan kubeletplugin.DeviceHealthReport)

@@ -57,7 +57,21 @@ var dcgmFields = []dcgmField{
 	{"DCGM_FI_DEV_GPU_UTIL", prometheus.GaugeValue, "GPU utilization (in %).", u32(func(d gpu.Device) *uint32 { return d.UtilizationPercent })},
 	{"DCGM_FI_DEV_MEM_COPY_UTIL", prometheus.GaugeValue, "Memory utilization (in %).", u32(func(d gpu.Device) *uint32 { return d.MemoryUtilizationPercent })},
 	{"DCGM_FI_DEV_XID_ERRORS", prometheus.GaugeValue, "Value of the last XID error encountered.", func(d gpu.Device) (float64, bool) {
-		return float64(d.Health.LastXID), true
+		return float64(d.Health.LastAnyXID), true
+	}},
+	{"DCGM_FI_DEV_ENC_UTIL", prometheus.GaugeValue, "Encoder utilization (in %).", u32(func(d gpu.Device) *uint32 { return d.EncoderUtilizationPercent })},
+	{"DCGM_FI_DEV_DEC_UTIL", prometheus.GaugeValue, "Decoder utilization (in %).", u32(func(d gpu.Device) *uint32 { return d.DecoderUtilizationPercent })},
+	{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", prometheus.CounterValue, "Total number of PCIe retries.", u64(func(d gpu.Device) *uint64 { return d.PCIeReplays })},
+	{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", prometheus.CounterValue, "Number of remapped rows for correctable errors", u64(func(d gpu.Device) *uint64 { return d.RemappedRowsCorrectable })},
+	{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", prometheus.CounterValue, "Number of remapped rows for uncorrectable errors", u64(func(d gpu.Device) *uint64 { return d.RemappedRowsUncorrectable })},
+	{"DCGM_FI_DEV_ROW_REMAP_FAILURE", prometheus.GaugeValue, "Whether remapping of rows has failed", func(d gpu.Device) (float64, bool) {
+		if d.RowRemapFailed == nil {
+			return 0, false
+		}
+		if *d.RowRemapFailed {
+			return 1, true
+		}
+		return 0, true
 	}},
 	{"DCGM_FI_DEV_FB_FREE", prometheus.GaugeValue, "Framebuffer memory free (in MiB).", func(d gpu.Device) (float64, bool) {
 		return float64(d.Memory.FreeBytes) / mibFloat, d.Memory.Known
@@ -73,6 +87,15 @@ var dcgmFields = []dcgmField{
 	}},
 }
 
+func u64(get func(gpu.Device) *uint64) func(gpu.Device) (float64, bool) {
+	return func(d gpu.Device) (float64, bool) {
+		if v := get(d); v != nil {
+			return float64(*v), true
+		}
+		return 0, false
+	}
+}
+
 func u32(get func(gpu.Device) *uint32) func(gpu.Device) (float64, bool) {
 	return func(d gpu.Device) (float64, bool) {
 		if v := get(d); v != nil {
@@ -86,11 +109,14 @@ func u32(get func(gpu.Device) *uint32) func(gpu.Device) (float64, bool) {
 // exporter's format, plus gantry_gpu_* metrics for prepared memory shares.
 // It reads the agent's latest inventory at scrape time.
 type Metrics struct {
-	hostname    string
-	snapshot    *Snapshot
-	allocations func() []Allocation
-	pods        PodResourcesLister
-	podsTimeout time.Duration
+	// NoDCGMSeries leaves out the DCGM_FI_* series, for nodes where
+	// dcgm-exporter also runs (Gantry's own series stay).
+	NoDCGMSeries bool
+	hostname     string
+	snapshot     *Snapshot
+	allocations  func() []Allocation
+	pods         PodResourcesLister
+	podsTimeout  time.Duration
 }
 
 // NewMetrics builds the collector. pods may be nil (no pod attribution);
@@ -113,14 +139,30 @@ var (
 		"1 if the GPU is healthy, 0 if it is unhealthy or its health is unknown.", gantryGPULabels, nil)
 	claimBytesDesc = prometheus.NewDesc("gantry_gpu_claim_memory_bytes",
 		"GPU memory share of one ResourceClaim on this GPU, in bytes.", gantryClaimLabels, nil)
+	nvmlUpDesc = prometheus.NewDesc("gantry_gpu_nvml_up",
+		"1 while NVML answers and GPU readings are live; 0 while they are stale (driver gone, hung, or released for an upgrade) and GPU series are not served.", []string{labelHostname}, nil)
+	sampleAgeDesc = prometheus.NewDesc("gantry_gpu_sample_age_seconds",
+		"Seconds since the last successful reading of the node's GPUs.", []string{labelHostname}, nil)
 	claimFractionDesc = prometheus.NewDesc("gantry_gpu_claim_memory_fraction",
 		"GPU memory share of one ResourceClaim as a fraction of the GPU's memory.", gantryClaimLabels, nil)
 )
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. While readings are stale, the
+// GPU series are not served (a last reading is not a live value); the
+// sample age and gantry_gpu_nvml_up say why they are missing.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	inv := m.snapshot.Get()
+	inv, stale := m.snapshot.Get(), m.snapshot.Staleness()
+	up := 1.0
+	if inv == nil || stale.Stale {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(nvmlUpDesc, prometheus.GaugeValue, up, m.hostname)
 	if inv == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(sampleAgeDesc, prometheus.GaugeValue, time.Since(inv.SampledAt).Seconds(), m.hostname)
+	if stale.Stale {
+		m.collectShares(ch, inv)
 		return
 	}
 	holders := m.containers(inv)
@@ -140,6 +182,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		for _, f := range dcgmFields {
+			if m.NoDCGMSeries {
+				break
+			}
 			v, ok := f.value(d)
 			if !ok {
 				continue

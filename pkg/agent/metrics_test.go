@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gantry-dev/gantry/gpu"
 )
 
 type fakePods []*podresourcesv1.PodResources
@@ -149,7 +151,7 @@ func TestScrapeMatchesDCGMExporter(t *testing.T) {
 
 func TestScrapeAttributesPodsAndShares(t *testing.T) {
 	e := newDriverEnv(t, "dgxh100")
-	d := e.start(t, false)
+	d := e.start(t, nil)
 	claim := allocatedClaim("uid-1", "llm", share{device: "gpu-2", memory: "20Gi", shareID: "s1"})
 	if r := prepare(t, d, claim)[claim.UID]; r.Err != nil {
 		t.Fatal(r.Err)
@@ -198,7 +200,7 @@ func TestScrapeAttributesPodsAndShares(t *testing.T) {
 		t.Errorf("allocated bytes %v", alloc)
 	}
 	want := map[string]string{"gpu": "2", "claim_namespace": "team-a", "claim_name": "llm", "claim_uid": "uid-1"}
-	if s := find(t, fams, "gantry_gpu_claim_memory_fraction", want); len(s) != 1 || value(s[0]) != 0.25 {
+	if s := find(t, fams, "gantry_gpu_claim_memory_fraction", want); len(s) != 1 || value(s[0]) != float64(20<<30)/float64(ShareableBytes(e.snapshot.Get().Devices[2].Memory)) {
 		t.Errorf("claim fraction series %v", s)
 	}
 	var names []string
@@ -208,7 +210,39 @@ func TestScrapeAttributesPodsAndShares(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	if got := strings.Join(names, ","); got != "gantry_gpu_claim_memory_bytes,gantry_gpu_claim_memory_fraction,gantry_gpu_healthy,gantry_gpu_memory_allocated_bytes" {
+	if got := strings.Join(names, ","); got != "gantry_gpu_claim_memory_bytes,gantry_gpu_claim_memory_fraction,gantry_gpu_healthy,gantry_gpu_memory_allocated_bytes,gantry_gpu_nvml_up,gantry_gpu_sample_age_seconds" {
 		t.Errorf("gantry metrics %s", got)
+	}
+}
+
+// DCGM's XID_ERRORS is the last XID of any kind, application XIDs too;
+// health ignores those. The switch for dcgm-exporter nodes drops the
+// DCGM series and keeps Gantry's.
+func TestXIDSemanticsAndDCGMSwitch(t *testing.T) {
+	f, inv := discover(t, "2xH100")
+	tr := gpu.NewHealthTracker()
+	tr.RecordXID(f.GPUs[0].UUID(), 79)
+	tr.RecordXID(f.GPUs[0].UUID(), 13) // application error, after the critical one
+	inv = mustRediscover(t, f)
+	tr.Apply(inv)
+	fams := scrape(t, NewMetrics(testNode, NewSnapshot(inv), nil, nil))
+	if v := value(find(t, fams, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "0"})[0]); v != 13 {
+		t.Errorf("XID_ERRORS %v, want 13 (the last XID of any kind)", v)
+	}
+	if inv.Devices[0].Health.LastXID != 79 || inv.Devices[0].Health.State != gpu.Unhealthy {
+		t.Errorf("health %+v: the critical XID 79 must still make the GPU unhealthy", inv.Devices[0].Health)
+	}
+	for _, name := range []string{"DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+		"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE"} {
+		if len(find(t, fams, name, map[string]string{"gpu": "1"})) != 1 {
+			t.Errorf("%s: want one series for gpu 1", name)
+		}
+	}
+	m := NewMetrics(testNode, NewSnapshot(inv), nil, nil)
+	m.NoDCGMSeries = true
+	for name := range scrape(t, m) {
+		if strings.HasPrefix(name, "DCGM_") {
+			t.Errorf("%s served with the DCGM series off", name)
+		}
 	}
 }

@@ -21,9 +21,16 @@ const (
 	MemoryCapacity resourceapi.QualifiedName = "memory"
 	// UnhealthyTaintKey taints the devices of unhealthy GPUs.
 	UnhealthyTaintKey = DriverName + "/unhealthy"
-	// MIGEnabledTaintKey taints GPUs in MIG mode, whose MIG devices are not
-	// published yet: the whole GPU cannot be handed to a pod.
-	MIGEnabledTaintKey = DriverName + "/mig-enabled"
+	// StaleTaintKey taints every device while the agent has no live
+	// reading (NVML gone, hung, or released for a driver upgrade); its
+	// value is the reason.
+	StaleTaintKey = DriverName + "/stale"
+)
+
+// Device types, as NVIDIA's DRA driver names them in its "type" attribute.
+const (
+	DeviceTypeGPU = "gpu"
+	DeviceTypeMIG = "mig"
 )
 
 // MinMemoryShare is the smallest memory share a claim can take. Smaller
@@ -34,16 +41,51 @@ var MinMemoryShare = resource.MustParse("256Mi")
 // It is derived from the NVML index, which is stable while the driver is loaded.
 func DeviceName(index int) string { return fmt.Sprintf("gpu-%d", index) }
 
-// BuildResources describes the GPUs of inv as one pool named after the node,
-// one device per GPU. A GPU is published only if it has a UUID and a known
-// memory size, because a claim for it could not be prepared otherwise.
-func BuildResources(nodeName string, inv *gpu.Inventory) resourceslice.DriverResources {
+// MIGDeviceName names a MIG device by its parent and its GPU and compute
+// instance ids, which stay the same while the MIG layout does.
+func MIGDeviceName(parentIndex int, m gpu.MIGDevice) string {
+	return fmt.Sprintf("gpu-%d-mig-%d-%d", parentIndex, m.GPUInstanceID, m.ComputeInstanceID)
+}
+
+// ShareableBytes is the memory claims can share on a GPU: its total less
+// what the driver reserves for itself, when NVML says how much that is.
+func ShareableBytes(m gpu.Memory) int64 {
+	total := int64(m.TotalBytes)
+	if m.ReservedBytes != nil && int64(*m.ReservedBytes) < total {
+		total -= int64(*m.ReservedBytes)
+	}
+	return total
+}
+
+// BuildResources describes the GPUs of inv as one pool named after the
+// node: one device per GPU, or per MIG device for a GPU in MIG mode. A GPU
+// is published only if it has a UUID and a known memory size, because a
+// claim for it could not be prepared otherwise. Without a reading (inv nil)
+// the pool is empty; with a stale one every device carries StaleTaintKey.
+func BuildResources(nodeName string, inv *gpu.Inventory, stale Staleness) resourceslice.DriverResources {
 	var devices []resourceapi.Device
-	for _, d := range inv.Devices {
-		if d.UUID == "" || !d.Memory.Known {
-			continue
+	if inv != nil {
+		for _, d := range inv.Devices {
+			if d.UUID == "" || !d.Memory.Known {
+				continue
+			}
+			if d.MIG.Enabled {
+				for _, m := range d.MIG.Devices {
+					if m.UUID != "" && m.Memory.Known {
+						devices = append(devices, buildMIGDevice(inv, d, m))
+					}
+				}
+				continue
+			}
+			devices = append(devices, buildDevice(inv, d))
 		}
-		devices = append(devices, buildDevice(inv, d))
+	}
+	if stale.Stale {
+		for i := range devices {
+			devices[i].Taints = append(devices[i].Taints, resourceapi.DeviceTaint{
+				Key: StaleTaintKey, Value: stale.Reason, Effect: resourceapi.DeviceTaintEffectNoSchedule,
+			})
+		}
 	}
 	return resourceslice.DriverResources{
 		Pools: map[string]resourceslice.Pool{
@@ -52,14 +94,24 @@ func BuildResources(nodeName string, inv *gpu.Inventory) resourceslice.DriverRes
 	}
 }
 
-func buildDevice(inv *gpu.Inventory, d gpu.Device) resourceapi.Device {
+// commonAttributes are those NVIDIA's DRA driver publishes for GPUs and
+// MIG devices alike, with its names and value types, so that a selector
+// written for gpu.nvidia.com works here after changing the domain.
+func commonAttributes(inv *gpu.Inventory, d gpu.Device, typ, uuid string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"uuid":         {StringValue: ptr.To(d.UUID)},
+		"type":         {StringValue: ptr.To(typ)},
+		"uuid":         {StringValue: ptr.To(uuid)},
 		"index":        {IntValue: ptr.To(int64(d.Index))},
 		"architecture": {StringValue: ptr.To(d.Architecture)},
 	}
+	if d.Minor >= 0 {
+		attrs["minor"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.Minor))}
+	}
 	if d.ProductName != "" {
 		attrs["productName"] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.ProductName)}
+	}
+	if d.Brand != "" {
+		attrs["brand"] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.Brand)}
 	}
 	// Versions are semver so that CEL can compare them
 	// (device.attributes["gpu.gantry.dev"].cudaComputeCapability.isGreaterThan(semver("8.0.0"))).
@@ -73,13 +125,21 @@ func buildDevice(inv *gpu.Inventory, d gpu.Device) resourceapi.Device {
 		attrs["cudaDriverVersion"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
 	}
 	if d.PCIBusID != "" {
+		attrs["pcieBusID"] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.PCIBusID)}
 		attrs[deviceattribute.StandardDeviceAttributePCIBusID] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.PCIBusID)}
 	}
+	if d.PCIeRoot != "" {
+		attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.PCIeRoot)}
+	}
+	return attrs
+}
+
+func buildDevice(inv *gpu.Inventory, d gpu.Device) resourceapi.Device {
+	attrs := commonAttributes(inv, d, DeviceTypeGPU, d.UUID)
 	if d.MIG.Capable {
 		attrs["migEnabled"] = resourceapi.DeviceAttribute{BoolValue: ptr.To(d.MIG.Enabled)}
 	}
-
-	total := resource.NewQuantity(int64(d.Memory.TotalBytes), resource.BinarySI)
+	total := resource.NewQuantity(ShareableBytes(d.Memory), resource.BinarySI)
 	dev := resourceapi.Device{
 		Name:       DeviceName(d.Index),
 		Attributes: attrs,
@@ -101,8 +161,35 @@ func buildDevice(inv *gpu.Inventory, d gpu.Device) resourceapi.Device {
 			Key: UnhealthyTaintKey, Value: unhealthyTaintValue(d.Health), Effect: resourceapi.DeviceTaintEffectNoSchedule,
 		})
 	}
-	if d.MIG.Enabled {
-		dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{Key: MIGEnabledTaintKey, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+	return dev
+}
+
+// buildMIGDevice publishes a MIG device whole: its memory and engines are
+// the instance's, and it is not shared between claims.
+func buildMIGDevice(inv *gpu.Inventory, parent gpu.Device, m gpu.MIGDevice) resourceapi.Device {
+	attrs := commonAttributes(inv, parent, DeviceTypeMIG, m.UUID)
+	attrs["parentUUID"] = resourceapi.DeviceAttribute{StringValue: ptr.To(parent.UUID)}
+	attrs["profile"] = resourceapi.DeviceAttribute{StringValue: ptr.To(m.Profile)}
+	qty := func(n int64) resourceapi.DeviceCapacity {
+		return resourceapi.DeviceCapacity{Value: *resource.NewQuantity(n, resource.DecimalSI)}
+	}
+	dev := resourceapi.Device{
+		Name:       MIGDeviceName(parent.Index, m),
+		Attributes: attrs,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			MemoryCapacity:    {Value: *resource.NewQuantity(int64(m.Memory.TotalBytes), resource.BinarySI)},
+			"multiprocessors": qty(int64(m.MultiprocessorCount)),
+			"copyEngines":     qty(int64(m.CopyEngines)),
+			"decoders":        qty(int64(m.Decoders)),
+			"encoders":        qty(int64(m.Encoders)),
+			"jpegEngines":     qty(int64(m.JPEGEngines)),
+			"ofaEngines":      qty(int64(m.OFAEngines)),
+		},
+	}
+	if parent.Health.State == gpu.Unhealthy {
+		dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{
+			Key: UnhealthyTaintKey, Value: unhealthyTaintValue(parent.Health), Effect: resourceapi.DeviceTaintEffectNoSchedule,
+		})
 	}
 	return dev
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,15 +63,21 @@ func NewStatusWriter(c client.Client, nodeName string, opts StatusOptions) *Stat
 // the last one written and the floor interval has passed. A change held back
 // by the floor is written by a later Observe, because it is still a change
 // compared with what was last written.
-func (w *StatusWriter) Observe(ctx context.Context, inv *gpu.Inventory) error {
-	status := StatusFromInventory(inv)
+func (w *StatusWriter) Observe(ctx context.Context, inv *gpu.Inventory, stale Staleness) error {
+	var status gpuv1alpha1.GPUNodeStatus
+	if inv != nil {
+		status = StatusFromInventory(inv)
+	}
+	status.Conditions = w.conditions(stale)
 	now := w.now()
 	since := now.Sub(w.lastWrite)
 	if w.lastStatus != nil {
-		if since < w.opts.MinInterval {
+		// Going stale or live again is written at once: the scheduler acts on it.
+		staleChanged := staleCondition(w.lastStatus) != staleCondition(&status)
+		if since < w.opts.MinInterval && !staleChanged {
 			return nil
 		}
-		if !MeaningfulChange(w.lastStatus, &status, w.opts.MemoryChange) && since < w.opts.MaxInterval {
+		if !staleChanged && !MeaningfulChange(w.lastStatus, &status, w.opts.MemoryChange) && since < w.opts.MaxInterval {
 			return nil
 		}
 	}
@@ -102,6 +109,30 @@ func (w *StatusWriter) write(ctx context.Context, status gpuv1alpha1.GPUNodeStat
 		return fmt.Errorf("update GPUNode %s status: %w", w.nodeName, err)
 	}
 	return nil
+}
+
+// conditions carries the Stale condition over from the last write, so
+// that its transition time moves only when its status does.
+func (w *StatusWriter) conditions(stale Staleness) []metav1.Condition {
+	var conds []metav1.Condition
+	if w.lastStatus != nil {
+		conds = append(conds, w.lastStatus.Conditions...)
+	}
+	c := metav1.Condition{Type: gpuv1alpha1.GPUNodeConditionStale, Status: metav1.ConditionFalse,
+		Reason: "Live", Message: "NVML answers; values are live"}
+	if stale.Stale {
+		c.Status, c.Reason = metav1.ConditionTrue, stale.Reason
+		c.Message = fmt.Sprintf("no live reading since %s: %s", stale.Since.UTC().Format(time.RFC3339), stale.Message)
+	}
+	meta.SetStatusCondition(&conds, c)
+	return conds
+}
+
+func staleCondition(st *gpuv1alpha1.GPUNodeStatus) string {
+	if c := meta.FindStatusCondition(st.Conditions, gpuv1alpha1.GPUNodeConditionStale); c != nil {
+		return string(c.Status) + "/" + c.Reason
+	}
+	return ""
 }
 
 // StatusFromInventory is the GPUNode status for one reading.

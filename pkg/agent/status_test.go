@@ -67,7 +67,7 @@ func TestStatusWriterWritesOnlyMeaningfulChanges(t *testing.T) {
 		if change != nil {
 			change()
 		}
-		if err := w.Observe(ctx, mustRediscover(t, f)); err != nil {
+		if err := w.Observe(ctx, mustRediscover(t, f), Staleness{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -62,9 +62,14 @@ func (k *kubeletSim) startAgent(t *testing.T, statusClient client.Client) *runni
 	if err != nil {
 		t.Fatal(err)
 	}
+	driverRoot := t.TempDir()
+	if _, err := fleet.DriverRoot(driverRoot); err != nil {
+		t.Fatal(err)
+	}
 	a, err := agent.New(agent.Config{
 		NodeName: k.nodeName, KubeClient: env.Client, NVML: fleet,
 		PluginDataDir: k.pluginDir, RegistrarDir: k.registryDir, CDIRoot: k.cdiRoot,
+		CDI:          agent.CDIOptions{DriverRoot: driverRoot},
 		PollInterval: 100 * time.Millisecond, InstallDeviceClass: true,
 		Status: agent.NewStatusWriter(statusClient, k.nodeName, agent.StatusOptions{MinInterval: 100 * time.Millisecond}),
 	})
@@ -269,7 +274,7 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 		t.Fatalf("prepare response %+v", resp)
 	}
 	wantCDI := fmt.Sprintf("gpu.gantry.dev/gpu=%s-gpu-2-%s", claim.UID, shareID)
-	if d := got.Devices[0]; d.DeviceName != "gpu-2" || d.PoolName != nodeName || len(d.CdiDeviceIds) != 1 || d.CdiDeviceIds[0] != wantCDI || ptr.Deref(d.ShareId, "") != string(shareID) {
+	if d := got.Devices[0]; d.DeviceName != "gpu-2" || d.PoolName != nodeName || len(d.CdiDeviceIds) != 2 || d.CdiDeviceIds[0] != agent.CDICommonDeviceID || d.CdiDeviceIds[1] != wantCDI || ptr.Deref(d.ShareId, "") != string(shareID) {
 		t.Errorf("prepared device %+v, want CDI id %s", d, wantCDI)
 	}
 	specPath := filepath.Join(k.cdiRoot, fmt.Sprintf("gpu.gantry.dev-%s.json", claim.UID))
@@ -282,7 +287,8 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	cdiEnv := strings.Join(spec.Devices[0].ContainerEdits.Env, "\n")
-	for _, want := range []string{"NVIDIA_VISIBLE_DEVICES=" + uuid2, "GANTRY_GPU_MEMORY_BYTES=21474836480", "GANTRY_GPU_MEMORY_FRACTION=0.2500"} {
+	sfx := strings.ToUpper(strings.ReplaceAll(uuid2, "-", "_"))
+	for _, want := range []string{agent.EnvMemoryBytesPrefix + sfx + "=21474836480", agent.EnvMemoryFractionPrefix + sfx + "="} {
 		if !strings.Contains(cdiEnv, want) {
 			t.Errorf("CDI env lacks %s:\n%s", want, cdiEnv)
 		}
@@ -290,7 +296,7 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 
 	// Idempotent: the kubelet asks again.
 	again, err := dra.NodePrepareResources(ctx, req)
-	if err != nil || again.Claims[string(claim.UID)].Devices[0].CdiDeviceIds[0] != wantCDI {
+	if err != nil || again.Claims[string(claim.UID)].Devices[0].CdiDeviceIds[1] != wantCDI {
 		t.Fatalf("second prepare: %v %+v", err, again)
 	}
 
@@ -305,7 +311,7 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 		t.Errorf("allocations after restart %+v", got)
 	}
 	afterRestart, err := dra.NodePrepareResources(ctx, req)
-	if err != nil || afterRestart.Claims[string(claim.UID)].Error != "" || afterRestart.Claims[string(claim.UID)].Devices[0].CdiDeviceIds[0] != wantCDI {
+	if err != nil || afterRestart.Claims[string(claim.UID)].Error != "" || afterRestart.Claims[string(claim.UID)].Devices[0].CdiDeviceIds[1] != wantCDI {
 		t.Fatalf("prepare after restart: %v %+v", err, afterRestart)
 	}
 	if b, _ := os.ReadFile(specPath); string(b) != string(specBytes) {

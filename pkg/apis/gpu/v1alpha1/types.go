@@ -43,7 +43,17 @@ type GPUNodeStatus struct {
 	// +listType=map
 	// +listMapKey=uuid
 	GPUs []GPUStatus `json:"gpus,omitempty"`
+	// Conditions: Stale (True while the agent has no live reading: NVML is
+	// gone, not answering, or released for a driver upgrade; the values
+	// above are then the last good reading, taken at sampleTime).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// GPUNodeConditionStale is True while the GPUs' values are not live.
+const GPUNodeConditionStale = "Stale"
 
 // Health is the coarse health of a GPU.
 // +kubebuilder:validation:Enum=Healthy;Unhealthy;Unknown
