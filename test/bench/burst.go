@@ -121,6 +121,9 @@ func (o *BurstOptions) defaults() error {
 		}
 		o.WorkDir = d
 	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return err
+	}
 	if _, err := os.Stat(o.GantryBinary); err != nil {
 		return fmt.Errorf("%s missing: run `make build`", o.GantryBinary)
 	}

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +69,23 @@ func TestBurstAnalysis(t *testing.T) {
 	r.analyze(o, nil, start, start, 0)
 	if r.NeededGiB != 8*60 {
 		t.Errorf("8 services of 20Gi at 0.75 need %.0f GiB, want 480 (60 each)", r.NeededGiB)
+	}
+}
+
+// TestWithGracefulDeleteOnTheStockStages runs on bin/kwok-stages.yaml where it exists.
+func TestWithGracefulDeleteOnTheStockStages(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "bin", "kwok-stages.yaml"))
+	if err != nil {
+		t.Skip("bin/kwok-stages.yaml not built: ", err)
+	}
+	got, err := withGracefulDelete(string(b), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(got, "kind: Stage"); n != strings.Count(string(b), "kind: Stage") {
+		t.Errorf("%d Stages after the swap, want as many as before", n)
+	}
+	if !strings.Contains(got, "durationMilliseconds: 5000") {
+		t.Errorf("no delay in:\n%s", got)
 	}
 }
