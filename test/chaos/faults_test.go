@@ -22,22 +22,24 @@ import (
 type fault struct {
 	name string
 	run  func(ctx context.Context, h *harness, ns string) (wantBound int, err error)
+	// kuberay is true for a fault whose work is Ray clusters (the operator must run).
+	kuberay bool
 }
 
 var faults = []fault{
-	{"kill-scheduler-between-binds", killBetweenBinds},
-	{"kill-scheduler-during-evictions", killDuringEvictions},
-	{"leader-handover", leaderHandover},
+	{"kill-scheduler-between-binds", killBetweenBinds, false},
+	{"kill-scheduler-during-evictions", killDuringEvictions, false},
+	{"leader-handover", leaderHandover, false},
 	{"restart-apiserver", func(ctx context.Context, h *harness, ns string) (int, error) {
 		return h.restartUnderWork(ctx, ns, "kube-apiserver")
-	}},
+	}, false},
 	{"restart-etcd", func(ctx context.Context, h *harness, ns string) (int, error) {
 		return h.restartUnderWork(ctx, ns, "etcd")
-	}},
-	{"delete-node-under-gang", deleteNodeUnderGang},
-	{"restart-kuberay", restartKubeRay},
-	{"webhook-down", webhookDown},
-	{"kuberay-crds-late", lateRayCRDs},
+	}, false},
+	{"delete-node-under-gang", deleteNodeUnderGang, true},
+	{"restart-kuberay", restartKubeRay, true},
+	{"webhook-down", webhookDown, false},
+	{"kuberay-crds-late", lateRayCRDs, true},
 }
 
 // jitter is a random pause of up to max.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +29,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: true}, &env, setup))
+	// The KubeRay operator starts only when a chosen fault needs it (CHAOS_FAULTS).
+	kuberay := false
+	for _, f := range faults {
+		if f.kuberay && (os.Getenv("CHAOS_FAULTS") == "" || slices.Contains(strings.Split(os.Getenv("CHAOS_FAULTS"), ","), f.name)) {
+			kuberay = true
+		}
+	}
+	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: kuberay}, &env, setup))
 }
 
 // setup builds the scheduler, registers the webhooks (served by a webhook-only
