@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 		// Not asked for: no control plane, TestSoak skips (`go test ./...` stays quick).
 		os.Exit(m.Run())
 	}
-	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: true}, &env))
+	// SOAK_KUBERAY=0 leaves the KubeRay operator and the Ray churn out.
+	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: os.Getenv("SOAK_KUBERAY") != "0"}, &env))
 }
 
 const (
@@ -85,7 +86,13 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){c.training, c.inferenceBursts, c.rayClusters, c.queueEdits} {
+	loops := []func(context.Context){c.training, c.inferenceBursts, c.queueEdits}
+	if os.Getenv("SOAK_KUBERAY") != "0" {
+		loops = append(loops, c.rayClusters)
+	} else {
+		t.Log("soak: SOAK_KUBERAY=0: no Ray clusters")
+	}
+	for _, loop := range loops {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(churnCtx) }()
 	}
