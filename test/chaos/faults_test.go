@@ -53,8 +53,9 @@ func killBetweenBinds(ctx context.Context, h *harness, ns string) (int, error) {
 	if err := createMixedWork(ctx, h.rng, ns); err != nil {
 		return 0, err
 	}
-	_, _ = waitPods(ctx, ns, 2*time.Second+jitter(h.rng, 3*time.Second), func(ps []corev1.Pod) bool {
-		n := 0
+	n := 0
+	ps, _ := waitPods(ctx, ns, 2*time.Second+jitter(h.rng, 3*time.Second), func(ps []corev1.Pod) bool {
+		n = 0
 		for _, p := range ps {
 			if p.Spec.NodeName != "" {
 				n++
@@ -62,6 +63,7 @@ func killBetweenBinds(ctx context.Context, h *harness, ns string) (int, error) {
 		}
 		return n > 0 && n < len(ps)
 	})
+	h.logf("SIGKILL the scheduler with %d of %d pods bound", n, len(ps))
 	return 0, h.restartScheduler(ctx, jitter(h.rng, 2*time.Second))
 }
 
@@ -75,8 +77,8 @@ func killDuringEvictions(ctx context.Context, h *harness, ns string) (int, error
 			return 0, err
 		}
 	}
-	if _, err := waitPods(ctx, ns, 60*time.Second, allBound(nodeCount*gpusPerNode)); err != nil {
-		return 0, fmt.Errorf("training gangs not bound: %w", err)
+	if ps, err := waitPods(ctx, ns, 60*time.Second, allBound(nodeCount*gpusPerNode)); err != nil {
+		return 0, fmt.Errorf("training gangs not bound: %w%s", err, describe(ps))
 	}
 	if err := createGang(ctx, ns, "serve", "", "inference", 2, 2, false); err != nil {
 		return 0, err
@@ -92,6 +94,7 @@ func killDuringEvictions(ctx context.Context, h *harness, ns string) (int, error
 		return 0, fmt.Errorf("no victim evicted: %w", err)
 	}
 	time.Sleep(jitter(h.rng, 500*time.Millisecond))
+	h.logf("SIGKILL the scheduler during evictions")
 	if err := h.restartScheduler(ctx, jitter(h.rng, time.Second)); err != nil {
 		return 0, err
 	}
@@ -125,6 +128,7 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 		return 0, err
 	}
 	time.Sleep(jitter(h.rng, 3*time.Second))
+	h.logf("SIGKILL the leader %s", leader.Name)
 	if err := kill(leader.PID); err != nil {
 		return 0, err
 	}
