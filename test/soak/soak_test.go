@@ -39,7 +39,7 @@ const (
 	gpusPerNode     = 8
 	trainGangSize   = 8
 	trainGangs      = 45 // 360 of the contended pool's 400 GPUs
-	inferenceGangs  = 4  // 4 × 4 pods × 2 GPUs: 32 GPUs, more than the 40 left free
+	inferenceGangs  = 6  // 6 × 4 pods × 2 GPUs: 48 GPUs, more than the 40 left free
 	inferencePods   = 4
 	inferenceGPUs   = 2
 	rayClusterCount = 20
