@@ -124,7 +124,8 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 	}); err != nil {
 		return 0, errNoLeader
 	}
-	if err := createMixedWork(ctx, h.rng, ns); err != nil {
+	first, second := 2+h.rng.IntN(3), 2+h.rng.IntN(3)
+	if err := createGang(ctx, ns, "before", "", "train", first, 1, false); err != nil {
 		return 0, err
 	}
 	time.Sleep(jitter(h.rng, 3*time.Second))
@@ -138,7 +139,11 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 			break
 		}
 	}
-	return 0, nil
+	// Work that only the standby, once it holds the Lease, can schedule.
+	if err := createGang(ctx, ns, "after", "", "train", second, 1, false); err != nil {
+		return 0, err
+	}
+	return first + second, nil
 }
 
 // restartUnderWork restarts a control-plane component at a random moment of the work.
