@@ -55,7 +55,7 @@ func (h *harness) ensureScheduler(ctx context.Context) error {
 	if err := h.stopSchedulers(); err != nil {
 		return err
 	}
-	s, err := StartScheduler(ctx, env, schedulerBin, false)
+	s, err := StartScheduler(ctx, env, schedulerBin, false, nil)
 	if err != nil {
 		return err
 	}

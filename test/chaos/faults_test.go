@@ -111,7 +111,7 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 	}
 	h.electing = true
 	for i := 0; i < 2; i++ {
-		s, err := StartScheduler(ctx, env, schedulerBin, true)
+		s, err := StartScheduler(ctx, env, schedulerBin, true, nil)
 		if err != nil {
 			return 0, err
 		}
@@ -263,7 +263,7 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 	}
 	started := make(chan error, 1)
 	go func() {
-		s, err := StartScheduler(ctx, env, schedulerBin, false)
+		s, err := StartScheduler(ctx, env, schedulerBin, false, nil)
 		if err == nil {
 			h.replicas = []*Scheduler{s}
 		}

@@ -62,7 +62,7 @@ func setup(ctx context.Context, e *testenv.Env) error {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	// A replica that serves no pods: the webhook server alone, so that taking it down
 	// does not stop scheduling.
-	if _, err := StartScheduler(ctx, e, schedulerBin, false, "--scheduler-name=chaos-webhook-only",
+	if _, err := StartScheduler(ctx, e, schedulerBin, false, []string{"chaos-webhook-only"},
 		"--webhook-bind-address="+addr, "--webhook-cert-dir="+certDir); err != nil {
 		return err
 	}

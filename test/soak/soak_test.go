@@ -69,7 +69,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	setupCluster(t, ctx, nodes)
-	sched, err := chaos.StartScheduler(ctx, env, bin, false)
+	sched, err := chaos.StartScheduler(ctx, env, bin, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
