@@ -22,6 +22,8 @@ type harness struct {
 	// electing is true while the replicas run with leader election (a handover
 	// round); the next round gets a single replica without it again.
 	electing bool
+	// logf logs to the current round.
+	logf func(format string, args ...any)
 }
 
 // stopSchedulers SIGKILLs every replica.
@@ -53,7 +55,7 @@ func (h *harness) ensureScheduler(ctx context.Context) error {
 	if err := h.stopSchedulers(); err != nil {
 		return err
 	}
-	s, err := StartScheduler(ctx, env, schedulerBin, false)
+	s, err := StartScheduler(ctx, env, schedulerBin, false, nil)
 	if err != nil {
 		return err
 	}
@@ -132,6 +134,7 @@ func (h *harness) round(t *testing.T, i int, f fault) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	ns := fmt.Sprintf("chaos-%03d", i)
+	h.logf = t.Logf
 	if err := env.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}

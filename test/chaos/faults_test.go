@@ -22,22 +22,24 @@ import (
 type fault struct {
 	name string
 	run  func(ctx context.Context, h *harness, ns string) (wantBound int, err error)
+	// kuberay is true for a fault whose work is Ray clusters (the operator must run).
+	kuberay bool
 }
 
 var faults = []fault{
-	{"kill-scheduler-between-binds", killBetweenBinds},
-	{"kill-scheduler-during-evictions", killDuringEvictions},
-	{"leader-handover", leaderHandover},
+	{"kill-scheduler-between-binds", killBetweenBinds, false},
+	{"kill-scheduler-during-evictions", killDuringEvictions, false},
+	{"leader-handover", leaderHandover, false},
 	{"restart-apiserver", func(ctx context.Context, h *harness, ns string) (int, error) {
 		return h.restartUnderWork(ctx, ns, "kube-apiserver")
-	}},
+	}, false},
 	{"restart-etcd", func(ctx context.Context, h *harness, ns string) (int, error) {
 		return h.restartUnderWork(ctx, ns, "etcd")
-	}},
-	{"delete-node-under-gang", deleteNodeUnderGang},
-	{"restart-kuberay", restartKubeRay},
-	{"webhook-down", webhookDown},
-	{"kuberay-crds-late", lateRayCRDs},
+	}, false},
+	{"delete-node-under-gang", deleteNodeUnderGang, true},
+	{"restart-kuberay", restartKubeRay, true},
+	{"webhook-down", webhookDown, false},
+	{"kuberay-crds-late", lateRayCRDs, true},
 }
 
 // jitter is a random pause of up to max.
@@ -51,8 +53,9 @@ func killBetweenBinds(ctx context.Context, h *harness, ns string) (int, error) {
 	if err := createMixedWork(ctx, h.rng, ns); err != nil {
 		return 0, err
 	}
-	_, _ = waitPods(ctx, ns, 2*time.Second+jitter(h.rng, 3*time.Second), func(ps []corev1.Pod) bool {
-		n := 0
+	n := 0
+	ps, _ := waitPods(ctx, ns, 2*time.Second+jitter(h.rng, 3*time.Second), func(ps []corev1.Pod) bool {
+		n = 0
 		for _, p := range ps {
 			if p.Spec.NodeName != "" {
 				n++
@@ -60,6 +63,7 @@ func killBetweenBinds(ctx context.Context, h *harness, ns string) (int, error) {
 		}
 		return n > 0 && n < len(ps)
 	})
+	h.logf("SIGKILL the scheduler with %d of %d pods bound", n, len(ps))
 	return 0, h.restartScheduler(ctx, jitter(h.rng, 2*time.Second))
 }
 
@@ -73,8 +77,8 @@ func killDuringEvictions(ctx context.Context, h *harness, ns string) (int, error
 			return 0, err
 		}
 	}
-	if _, err := waitPods(ctx, ns, 60*time.Second, allBound(nodeCount*gpusPerNode)); err != nil {
-		return 0, fmt.Errorf("training gangs not bound: %w", err)
+	if ps, err := waitPods(ctx, ns, 60*time.Second, allBound(nodeCount*gpusPerNode)); err != nil {
+		return 0, fmt.Errorf("training gangs not bound: %w%s", err, describe(ps))
 	}
 	if err := createGang(ctx, ns, "serve", "", "inference", 2, 2, false); err != nil {
 		return 0, err
@@ -90,6 +94,7 @@ func killDuringEvictions(ctx context.Context, h *harness, ns string) (int, error
 		return 0, fmt.Errorf("no victim evicted: %w", err)
 	}
 	time.Sleep(jitter(h.rng, 500*time.Millisecond))
+	h.logf("SIGKILL the scheduler during evictions")
 	if err := h.restartScheduler(ctx, jitter(h.rng, time.Second)); err != nil {
 		return 0, err
 	}
@@ -106,7 +111,7 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 	}
 	h.electing = true
 	for i := 0; i < 2; i++ {
-		s, err := StartScheduler(ctx, env, schedulerBin, true)
+		s, err := StartScheduler(ctx, env, schedulerBin, true, nil)
 		if err != nil {
 			return 0, err
 		}
@@ -119,10 +124,12 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 	}); err != nil {
 		return 0, errNoLeader
 	}
-	if err := createMixedWork(ctx, h.rng, ns); err != nil {
+	first, second := 2+h.rng.IntN(3), 2+h.rng.IntN(3)
+	if err := createGang(ctx, ns, "before", "", "train", first, 1, false); err != nil {
 		return 0, err
 	}
 	time.Sleep(jitter(h.rng, 3*time.Second))
+	h.logf("SIGKILL the leader %s", leader.Name)
 	if err := kill(leader.PID); err != nil {
 		return 0, err
 	}
@@ -132,7 +139,11 @@ func leaderHandover(ctx context.Context, h *harness, ns string) (int, error) {
 			break
 		}
 	}
-	return 0, nil
+	// Work that only the standby, once it holds the Lease, can schedule.
+	if err := createGang(ctx, ns, "after", "", "train", second, 1, false); err != nil {
+		return 0, err
+	}
+	return first + second, nil
 }
 
 // restartUnderWork restarts a control-plane component at a random moment of the work.
@@ -252,7 +263,7 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 	}
 	started := make(chan error, 1)
 	go func() {
-		s, err := StartScheduler(ctx, env, schedulerBin, false)
+		s, err := StartScheduler(ctx, env, schedulerBin, false, nil)
 		if err == nil {
 			h.replicas = []*Scheduler{s}
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +29,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: true}, &env, setup))
+	// The KubeRay operator starts only when a chosen fault needs it (CHAOS_FAULTS).
+	kuberay := false
+	for _, f := range faults {
+		if f.kuberay && (os.Getenv("CHAOS_FAULTS") == "" || slices.Contains(strings.Split(os.Getenv("CHAOS_FAULTS"), ","), f.name)) {
+			kuberay = true
+		}
+	}
+	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: kuberay}, &env, setup))
 }
 
 // setup builds the scheduler, registers the webhooks (served by a webhook-only
@@ -53,7 +62,7 @@ func setup(ctx context.Context, e *testenv.Env) error {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	// A replica that serves no pods: the webhook server alone, so that taking it down
 	// does not stop scheduling.
-	if _, err := StartScheduler(ctx, e, schedulerBin, false, "--scheduler-name=chaos-webhook-only",
+	if _, err := StartScheduler(ctx, e, schedulerBin, false, []string{"chaos-webhook-only"},
 		"--webhook-bind-address="+addr, "--webhook-cert-dir="+certDir); err != nil {
 		return err
 	}

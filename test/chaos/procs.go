@@ -120,10 +120,14 @@ type Scheduler struct {
 	ProbeAddr   string
 }
 
-// StartScheduler runs a replica serving gantry-scheduler and kai-scheduler pods
-// (KubeRay stamps kai-scheduler), and waits until it is ready: at once with leader
-// election (a standby is ready), after its informers synced without.
-func StartScheduler(ctx context.Context, env *testenv.Env, bin string, leaderElect bool, extra ...string) (*Scheduler, error) {
+// ServedNames are the schedulerNames a replica serves unless told otherwise:
+// gantry-scheduler, and kai-scheduler as KubeRay stamps it.
+var ServedNames = []string{"gantry-scheduler", "kai-scheduler"}
+
+// StartScheduler runs a replica serving names (ServedNames when nil), and waits until
+// it is ready: at once with leader election (a standby is ready), after its informers
+// synced without.
+func StartScheduler(ctx context.Context, env *testenv.Env, bin string, leaderElect bool, names []string, extra ...string) (*Scheduler, error) {
 	metrics, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
@@ -137,15 +141,20 @@ func StartScheduler(ctx context.Context, env *testenv.Env, bin string, leaderEle
 		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", metrics),
 		ProbeAddr:   fmt.Sprintf("127.0.0.1:%d", probe),
 	}
-	args := append([]string{
-		"--kubeconfig=" + env.Kubeconfig,
-		"--scheduler-name=gantry-scheduler", "--scheduler-name=kai-scheduler",
+	if names == nil {
+		names = ServedNames
+	}
+	args := []string{"--kubeconfig=" + env.Kubeconfig}
+	for _, n := range names {
+		args = append(args, "--scheduler-name="+n)
+	}
+	args = append(append(args,
 		fmt.Sprintf("--leader-elect=%v", leaderElect),
 		"--leader-elect-name=gantry-chaos",
 		"--kube-api-qps=500", "--kube-api-burst=1000",
-		"--metrics-bind-address=" + s.MetricsAddr,
-		"--health-probe-bind-address=" + s.ProbeAddr,
-	}, extra...)
+		"--metrics-bind-address="+s.MetricsAddr,
+		"--health-probe-bind-address="+s.ProbeAddr,
+	), extra...)
 	if s.PID, err = env.StartProcess(s.Name, bin, false, args...); err != nil {
 		return nil, err
 	}
