@@ -73,6 +73,11 @@ func TestChaos(t *testing.T) {
 	}
 	rounds := envInt(t, "ROUNDS", 3)
 	seed := uint64(time.Now().UnixNano())
+	if shortRun() {
+		// `make test`'s short run replays one fixed seed, so that CI is repeatable;
+		// `make chaos` draws a new one each time.
+		seed = shortSeed
+	}
 	if s := os.Getenv("CHAOS_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -177,7 +182,25 @@ func envInt(t *testing.T, name string, def int) int {
 	return v
 }
 
+// shortSeed is the seed of the short run in `make test`.
+const shortSeed = 4242
+
+// shortRun: no ROUNDS given, as in `make test`. The short run draws only the faults
+// that need no KubeRay operator. Known failure left for a full run to show: with
+// kuberay-crds-late, Ray pods created after the CRDs arrive are never bound nor given a
+// reason until the scheduler restarts (issue 18, item 5).
+func shortRun() bool { return os.Getenv("ROUNDS") == "" }
+
 func selectFaults(t *testing.T, spec string) []fault {
+	if spec == "" && shortRun() {
+		var out []fault
+		for _, f := range faults {
+			if !f.kuberay {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
 	if spec == "" {
 		return faults
 	}
