@@ -12,10 +12,14 @@ const typicalGPUBytes = 80e9
 // (Node set, node given) is charged its real shares on that node's GPUs; a pending
 // one its demand, estimated.
 func PodCharge(p *model.Pod, node *model.Node) Amounts {
-	a := Amounts{
-		model.ResourceCPU:    float64(p.Requests.MilliCPU),
-		model.ResourceMemory: float64(p.Requests.MemoryBytes),
-	}
+	return AddPodCharge(Amounts{}, p, node)
+}
+
+// AddPodCharge adds PodCharge(p, node) to a and returns a. A cycle charges every pod
+// of the cluster, so this path allocates nothing once a's keys exist.
+func AddPodCharge(a Amounts, p *model.Pod, node *model.Node) Amounts {
+	a[model.ResourceCPU] += float64(p.Requests.MilliCPU)
+	a[model.ResourceMemory] += float64(p.Requests.MemoryBytes)
 	if p.Bound() && len(p.GPUs) > 0 {
 		for _, b := range p.GPUs {
 			gpus, modelName := bindingGPUs(p, b, node)
@@ -28,9 +32,9 @@ func PodCharge(p *model.Pod, node *model.Node) Amounts {
 	}
 	gpus := PendingGPUs(p)
 	if gpus > 0 {
-		a[model.ResourceGPU] = gpus
+		a[model.ResourceGPU] += gpus
 		if len(p.GPU.Models) == 1 {
-			a[model.GPUModelResource(p.GPU.Models[0])] = gpus
+			a[model.GPUModelResource(p.GPU.Models[0])] += gpus
 		}
 	}
 	return a

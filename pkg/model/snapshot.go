@@ -1,6 +1,9 @@
 package model
 
-import "sort"
+import (
+	"sort"
+	"sync"
+)
 
 // Gang is a set of pods that start together: at least MinMember of them are bound
 // in one decision, or none is.
@@ -37,7 +40,18 @@ const (
 )
 
 // GPUModelResource names the per-model GPU resource of a queue.
-func GPUModelResource(model string) ResourceName { return ResourceName("gpu/" + model) }
+// The names are interned: every cycle charges every pod, and a fresh string per pod
+// would be garbage.
+func GPUModelResource(model string) ResourceName {
+	if r, ok := gpuModelResources.Load(model); ok {
+		return r.(ResourceName)
+	}
+	r := ResourceName("gpu/" + model)
+	gpuModelResources.Store(model, r)
+	return r
+}
+
+var gpuModelResources sync.Map
 
 // Unlimited is the value of a quota, limit or weight that sets no bound.
 const Unlimited = -1

@@ -30,27 +30,30 @@ func (s *Scheduler) Shares(snap *model.Snapshot) (*fairshare.Shares, error) {
 			}
 		}
 	}
+	// Every pod of the cluster is charged each cycle: add into the queue's sums
+	// directly, with no map per pod.
 	usage := map[string]fairshare.Usage{}
 	for _, p := range snap.Pods {
 		queue := snap.QueueOf(p.Queue)
 		if queue == "" || p.Foreign {
 			continue
 		}
-		u := usage[queue]
-		if u.Allocated == nil {
+		u, ok := usage[queue]
+		if !ok {
 			u = fairshare.Usage{Allocated: fairshare.Amounts{}, Requested: fairshare.Amounts{}, NonPreemptible: fairshare.Amounts{}}
+			usage[queue] = u
 		}
-		a := boundAmounts(snap, p)
-		for r, v := range a {
-			u.Requested[r] += v
-			if p.Bound() {
-				u.Allocated[r] += v
-				if !p.Preemptible {
-					u.NonPreemptible[r] += v
-				}
+		var n *model.Node
+		if p.Bound() {
+			n = snap.Node(p.Node)
+		}
+		fairshare.AddPodCharge(u.Requested, p, n)
+		if p.Bound() {
+			fairshare.AddPodCharge(u.Allocated, p, n)
+			if !p.Preemptible {
+				fairshare.AddPodCharge(u.NonPreemptible, p, n)
 			}
 		}
-		usage[queue] = u
 	}
 	return fairshare.Compute(snap.Queues, capacity, usage)
 }
