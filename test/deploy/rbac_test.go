@@ -68,6 +68,14 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	grant(s, read, "", "nodes", "")
 	grant(s, []string{"create", "patch"}, "", "events", "")
 	grant(s, []string{"list", "watch"}, "scheduling.k8s.io", "priorityclasses", "")
+	for _, r := range []string{"persistentvolumeclaims", "persistentvolumes", "namespaces"} {
+		grant(s, read, "", r, "")
+	}
+	for _, r := range []string{"storageclasses", "csinodes"} {
+		grant(s, read, "storage.k8s.io", r, "")
+	}
+	grant(s, []string{"patch"}, "", "persistentvolumeclaims", "")
+	grant(s, []string{"update"}, "", "persistentvolumes", "")
 	for _, r := range []string{"resourceslices", "resourceclaims", "deviceclasses"} {
 		grant(s, read, "resource.k8s.io", r, "")
 	}
@@ -104,6 +112,9 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	deny(s, "update", "", "nodes", "", "")
 	deny(s, "update", "scheduling.gantry.dev", "queues", "", "")
 	deny(s, "update", "resource.k8s.io", "resourceslices", "", "")
+	deny(s, "delete", "", "persistentvolumeclaims", "", "default")
+	deny(s, "delete", "", "persistentvolumes", "", "")
+	deny(s, "update", "storage.k8s.io", "storageclasses", "", "")
 	deny(s, "update", "ray.io", "rayclusters", "", "default")
 
 	a := agentSA

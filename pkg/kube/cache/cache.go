@@ -72,6 +72,8 @@ type Cache struct {
 	// each gang. A gang that failed at the same pair of versions cannot fit now.
 	capacityVersion uint64
 	gangVersion     map[model.GangID]uint64
+	// storage is what pods' constraints are translated with (constraints.go).
+	storage storageState
 }
 
 type priorityClass struct {
@@ -217,6 +219,7 @@ func (c *Cache) rebuildNode(name string) {
 		return
 	}
 	n := nodeFromAPI(api, c.inventory[name])
+	n.CSIAttachLimits = c.storage.csiLimits[name]
 	if live := c.live[name]; live != nil {
 		for i := range n.GPUs {
 			g := &n.GPUs[i]

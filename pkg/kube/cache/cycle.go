@@ -101,6 +101,9 @@ type BindRequest struct {
 	// placement's node, in claim order.
 	Structured  bool
 	Allocations []resourceapi.AllocationResult
+	// Node is the snapshot's node the pod is placed on, for the volume decisions
+	// written before the Binding (pkg/podspec/volumebind).
+	Node *model.Node
 }
 
 // Batch is one gang's binds, bound together; Min is how many must succeed for the
@@ -213,7 +216,7 @@ plans:
 				deferred = true
 				continue plans
 			}
-			b.Reqs = append(b.Reqs, BindRequest{Pod: p, Placement: pl, Claims: c.podClaims[pl.Pod], Structured: viaAllocator, Allocations: allocs})
+			b.Reqs = append(b.Reqs, BindRequest{Pod: p, Placement: pl, Claims: c.podClaims[pl.Pod], Structured: viaAllocator, Allocations: allocs, Node: c.snap.Node(pl.Node)})
 		}
 		batches = append(batches, b)
 	}

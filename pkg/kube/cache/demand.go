@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/podspec"
 )
 
 // claimInput is what a pod's ResourceClaims say about its GPUs: for a pending pod of
@@ -206,6 +207,8 @@ func nodeFromAPI(n *corev1.Node, inventory []model.GPU) *model.Node {
 		Labels:        n.Labels,
 		Taints:        n.Spec.Taints,
 		Unschedulable: n.Spec.Unschedulable,
+		// CSIAttachLimits come from the node's CSINode (rebuildNode).
+		DeclaredFeatures: podspec.NodeDeclaredFeatures(n),
 	}
 	pods := int64(110)
 	if q, ok := n.Status.Allocatable[corev1.ResourcePods]; ok {

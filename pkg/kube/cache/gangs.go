@@ -33,6 +33,8 @@ func (c *Cache) podFromAPI(pod *corev1.Pod, id model.PodID, ours bool, reqs core
 		CreatedAt:        pod.CreationTimestamp.Unix(),
 		Gang:             model.GangID(id),
 		RequiredAffinity: requiredAffinity(pod),
+		Labels:           pod.Labels,
+		Constraints:      c.constraintsOf(pod),
 	}
 	if pod.Spec.Priority != nil {
 		p.Priority = *pod.Spec.Priority

@@ -23,6 +23,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/podspec/volumebind"
 )
 
 // outcome is what is known of one pod's binding after the binder is done with it.
@@ -81,6 +82,9 @@ func (b *binder) bind(ctx context.Context, r cache.BindRequest) result {
 	case len(r.Claims) > 0:
 		err = dra.Allocate(ctx, b.client, r.Pod, r.Claims, r.Placement.Node, r.Placement.GPUs)
 	}
+	if err == nil {
+		err = b.bindVolumes(ctx, r)
+	}
 	if err != nil {
 		return result{req: r, outcome: failed, err: err}
 	}
@@ -103,6 +107,23 @@ func (b *binder) bind(ctx context.Context, r cache.BindRequest) result {
 	default:
 		return result{req: r, outcome: failed, err: fmt.Errorf("bind %s to %s: %w", r.Pod.ID, r.Placement.Node, err)}
 	}
+}
+
+// bindVolumes writes the pod's volume decisions on its node before the Binding, as
+// kube-scheduler's volume binder does: an available volume is bound to each
+// WaitForFirstConsumer claim, or the claim is marked to be provisioned there.
+func (b *binder) bindVolumes(ctx context.Context, r cache.BindRequest) error {
+	if r.Pod.Constraints == nil || r.Pod.Constraints.Volumes == nil || len(r.Pod.Constraints.Volumes.Delayed) == 0 {
+		return nil
+	}
+	if r.Node == nil {
+		return fmt.Errorf("bind %s: node %s is gone; its volumes cannot be bound", r.Pod.ID, r.Placement.Node)
+	}
+	actions, err := volumebind.Plan(r.Pod, r.Node)
+	if err != nil {
+		return err
+	}
+	return volumebind.Apply(ctx, b.client, actions)
 }
 
 // settle asks the API where a pod is after a Binding whose answer did not say: bound

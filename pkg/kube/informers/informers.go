@@ -34,6 +34,7 @@ import (
 	gcache "github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/podspec/volumebind"
 )
 
 // Informers feeds a cache.Cache from the API server.
@@ -89,6 +90,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 		errs = append(errs, add(on(inf.core.Resource().V1().ResourceClaims().Informer(), c.UpsertClaim,
 			func(cl *resourceapi.ResourceClaim) { c.DeleteClaim(cl.Namespace, cl.Name) })))
 	}
+	errs = append(errs, inf.watchStorage(c, add))
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -96,6 +98,27 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 		return nil, err
 	}
 	return inf, nil
+}
+
+// watchStorage watches what pods' constraints are translated with: claims, volumes,
+// storage classes and CSINodes (read through their listers by podspec), and
+// namespaces' labels. A change translates the pods it may concern again.
+func (inf *Informers) watchStorage(c *gcache.Cache, add func(cache.ResourceEventHandlerRegistration, error) error) error {
+	core, storage := inf.core.Core().V1(), inf.core.Storage().V1()
+	c.SetVolumeLookup(volumebind.Listers{
+		Claims: core.PersistentVolumeClaims().Lister(), Volumes: core.PersistentVolumes().Lister(),
+		Classes: storage.StorageClasses().Lister(), CSINodes: storage.CSINodes().Lister(),
+	})
+	all := func(any) { c.VolumesChanged("") }
+	return errors.Join(
+		add(on(core.PersistentVolumeClaims().Informer(),
+			func(pvc *corev1.PersistentVolumeClaim) { c.VolumesChanged(pvc.Namespace) },
+			func(pvc *corev1.PersistentVolumeClaim) { c.VolumesChanged(pvc.Namespace) })),
+		add(on(core.PersistentVolumes().Informer(), all, all)),
+		add(on(storage.StorageClasses().Informer(), all, all)),
+		add(on(storage.CSINodes().Informer(), c.UpsertCSINode, c.DeleteCSINode)),
+		add(on(core.Namespaces().Informer(), c.UpsertNamespace, c.DeleteNamespace)),
+	)
 }
 
 // watchCustom watches Gantry's and KubeRay's resources that the API server serves:

@@ -2,6 +2,8 @@ package informers
 
 import (
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gantry-dev/gantry/pkg/podspec"
 )
 
 // slimPod is the informer transform for pods: it keeps only what the scheduler reads,
@@ -37,6 +39,8 @@ func slimPod(obj any) (any, error) {
 		Conditions:            pod.Status.Conditions,
 		ResourceClaimStatuses: pod.Status.ResourceClaimStatuses,
 	}
+	// What the constraints (pod affinity, spread, host ports, volumes) read.
+	podspec.KeepForConstraints(out, pod)
 	return out, nil
 }
 
@@ -60,7 +64,8 @@ func slimAffinity(a *corev1.Affinity) *corev1.Affinity {
 	return &corev1.Affinity{NodeAffinity: a.NodeAffinity}
 }
 
-// slimNode keeps labels, taints, allocatable and the unschedulable flag.
+// slimNode keeps labels, taints, allocatable, declared features and the
+// unschedulable flag.
 func slimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
@@ -70,6 +75,6 @@ func slimNode(obj any) (any, error) {
 	out.ManagedFields = nil
 	out.Annotations = nil
 	out.Spec = corev1.NodeSpec{Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable}
-	out.Status = corev1.NodeStatus{Allocatable: n.Status.Allocatable}
+	out.Status = corev1.NodeStatus{Allocatable: n.Status.Allocatable, DeclaredFeatures: n.Status.DeclaredFeatures}
 	return out, nil
 }
