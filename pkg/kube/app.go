@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/gantry-dev/gantry/pkg/bootstrap"
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/kube/dispatch"
 	"github.com/gantry-dev/gantry/pkg/kube/informers"
@@ -86,7 +87,19 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.SchedulerNames[0]})
 
-	ensureDefaultQueue(ctx, dyn, o.Config.DefaultQueueName())
+	// The chart passes the default queue's spec (values defaultQueue.spec) in
+	// GANTRY_DEFAULT_QUEUE; without it (sandbox, tests) the built-in spec is used.
+	if q, ok, err := bootstrap.QueueFromEnv(); err != nil {
+		return err
+	} else if ok {
+		go func() {
+			if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil {
+				klog.ErrorS(err, "Cannot create the default queue")
+			}
+		}()
+	} else {
+		ensureDefaultQueue(ctx, dyn, o.Config.DefaultQueueName())
+	}
 	lookup := informers.NewObjectLookup()
 	c := cache.New(o.SchedulerNames, lookup, o.Config.DefaultQueueName())
 	c.SetTimeouts(cache.Timeouts{BelowMinimum: o.Config.GangBelowMinimumGrace.Duration, Incomplete: o.Config.IncompleteGangTimeout.Duration})

@@ -33,9 +33,6 @@ func ensureDefaultQueue(ctx context.Context, dyn dynamic.Interface, name string)
 		"kind":       "Queue",
 		"metadata": map[string]any{
 			"name": name,
-			// Valid by construction (a top-level queue): the Queue webhook, which
-			// this process may not serve yet, leaves it alone.
-			"labels": map[string]any{names.LabelQueueValidation: "skip"},
 		},
 		"spec": map[string]any{
 			"displayName": "Default",

@@ -53,9 +53,6 @@ const (
 	// LabelPreemptible ("true"/"false") overrides a priority class's
 	// preemptibility, on a PriorityClass or on a gang's owner.
 	LabelPreemptible = "gantry.dev/preemptible"
-	// LabelQueueValidation: "skip" on a Queue that the Queue webhook leaves alone
-	// (the default queue, valid by construction).
-	LabelQueueValidation = "gantry.dev/queue-validation"
 	// LabelSubGroup puts a pod in a PodGroup sub-group.
 	LabelSubGroup = schedulingv1alpha1.SubGroupLabel
 	// LabelGFDProduct and LabelGFDMemory (MiB) are GPU Feature Discovery's, read on
