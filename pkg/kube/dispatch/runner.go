@@ -151,6 +151,11 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 	d := r.cache.Commit(prep.Plan, start)
 	r.metrics.ObserveCycle(time.Since(start))
+	// Every preemption decision at the default level: who, which victims, what they
+	// free against what was needed, and why these victims (issue 19).
+	for _, p := range prep.Plan.Preemptions {
+		klog.InfoS("Preemption", p.KeysAndValues()...)
+	}
 
 	for _, b := range d.Batches {
 		go r.bindBatch(ctx, b)
