@@ -342,3 +342,23 @@ func normalize(raw []int64, reverse bool) []int64 {
 	}
 	return raw
 }
+
+// PreferenceScoresOf returns, for the nodes of v that pod fits on (in snapshot
+// order), the normalized scores InterPodAffinity and PodTopologySpread give them;
+// a plugin with nothing to score returns nil. It exists so that kube-scheduler's
+// score tables can be checked against the core.
+func PreferenceScoresOf(v *View, pod *model.Pod) (nodes []string, interPod, spread []int64) {
+	q := newPodQuery(pod)
+	cs := newConstraintState(v, pod, q.terms, nil)
+	var cands []candidate
+	for i, n := range v.nodes {
+		if fullMisfit(q, cs, i, n) == fits {
+			cands = append(cands, candidate{index: i})
+			nodes = append(nodes, n.Name)
+		}
+	}
+	if cs == nil || len(cands) == 0 {
+		return nodes, nil, nil
+	}
+	return nodes, cs.interPodScores(v, cands), cs.spreadScores(v, cands)
+}
