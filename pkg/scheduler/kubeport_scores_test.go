@@ -100,3 +100,86 @@ func TestKubePreferredAffinityScores(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { c.check(t, ipaScoreSource+c.name, interPodOnly) })
 	}
 }
+
+const spreadScoreSource = "k8s.io/kubernetes@v1.37.2 pkg/scheduler/framework/plugins/podtopologyspread/scoring_test.go: TestPodTopologySpreadScore/"
+
+func spreadOnly(_, spread []int64) []int64 { return spread }
+
+// failed marks nodes that kube-scheduler's table lists as failedNodes (filtered
+// out before scoring): an untolerated NoSchedule taint filters them here too, and
+// their pods still count, as in kube-scheduler.
+func failed(n scenario.Node) scenario.Node {
+	n.Taints = []corev1.Taint{{Key: "failed", Effect: corev1.TaintEffectNoSchedule}}
+	return n
+}
+
+// TestKubeSpreadScores ports TestPodTopologySpreadScore's cases whose candidates are
+// the nodes that pass Gantry's filters too.
+func TestKubeSpreadScores(t *testing.T) {
+	host := func(name string) scenario.Node { return spreadNode(name, corev1.LabelHostname+"="+name) }
+	zh := func(name, zone string) scenario.Node {
+		return spreadNode(name, "zone="+zone, corev1.LabelHostname+"="+name)
+	}
+	soft := func(p *kpod, maxSkew int32, key string, sel *metav1.LabelSelector) *kpod {
+		return p.Spread(maxSkew, key, false, sel, nil, nil, nil)
+	}
+	foo := func() *kpod { return mkPod().Labels(fooL) }
+	abxyPods := labelled(fooL, "node-a", "node-a", "node-a", "node-a", "node-b", "node-b", "node-x", "node-y", "node-y", "node-y")
+	diffPods := append(append(labelled(fooL, "node-a", "node-y"), labelled(fooBarL, "node-b")...), labelled(barL, "node-y")...)
+	fourHosts := []scenario.Node{host("node-a"), host("node-b"), host("node-c"), host("node-d")}
+	fourZH := []scenario.Node{zh("node-a", "zone1"), zh("node-b", "zone1"), zh("node-x", "zone2"), zh("node-y", "zone2")}
+	threeZHFailedY := []scenario.Node{zh("node-a", "zone1"), zh("node-b", "zone1"), zh("node-x", "zone2"), failed(zh("node-y", "zone2"))}
+	cases := []scoreCase{
+		{name: "one constraint on node, no existing pods", pod: soft(foo(), 1, corev1.LabelHostname, fooSel),
+			nodes: []scenario.Node{host("node-a"), host("node-b")}, want: []int64{100, 100}},
+		{name: "one constraint on node, only one node is candidate", pod: soft(foo(), 1, corev1.LabelHostname, fooSel),
+			pods: labelled(fooL, "node-a", "node-a", "node-b"), nodes: []scenario.Node{host("node-a"), failed(host("node-b"))}, want: []int64{100}},
+		{name: "one constraint on node, all nodes have the same number of matching pods", pod: soft(foo(), 1, corev1.LabelHostname, fooSel),
+			pods: labelled(fooL, "node-a", "node-b"), nodes: []scenario.Node{host("node-a"), host("node-b")}, want: []int64{100, 100}},
+		{name: "one constraint on node, all 4 nodes are candidates", pod: soft(foo(), 1, corev1.LabelHostname, fooSel),
+			pods: labelled(fooL, "node-a", "node-a", "node-b", "node-d", "node-d", "node-d"), nodes: fourHosts, want: []int64{20, 60, 100, 0}},
+		{name: "one constraint on node, null selector", pod: soft(foo(), 1, corev1.LabelHostname, nil),
+			pods: labelled(fooL, "node-a", "node-a", "node-b", "node-d", "node-d", "node-d"), nodes: fourHosts, want: []int64{100, 100, 100, 100}},
+		{name: "one constraint on node, all 4 nodes are candidates, maxSkew=2", pod: soft(foo(), 2, corev1.LabelHostname, fooSel),
+			pods: labelled(fooL, "node-a", "node-a", "node-b", "node-d", "node-d", "node-d"), nodes: fourHosts, want: []int64{33, 66, 100, 16}},
+		{name: "one constraint on node, all 4 nodes are candidates, maxSkew=3", pod: soft(foo(), 3, corev1.LabelHostname, fooSel),
+			pods:  labelled(fooL, "node-a", "node-a", "node-a", "node-a", "node-b", "node-b", "node-b", "node-c", "node-c", "node-d"),
+			nodes: fourHosts, want: []int64{44, 66, 77, 100}},
+		{name: "one constraint on node, 3 out of 4 nodes are candidates", pod: soft(foo(), 1, corev1.LabelHostname, fooSel), pods: abxyPods,
+			nodes: []scenario.Node{host("node-a"), host("node-b"), host("node-x"), failed(host("node-y"))}, want: []int64{33, 83, 100}},
+		{name: "one constraint on node, 3 out of 4 nodes are candidates, one node doesn't match topology key", pod: soft(foo(), 1, corev1.LabelHostname, fooSel), pods: abxyPods,
+			nodes: []scenario.Node{host("node-a"), spreadNode("node-b", "n=node-b"), host("node-x"), failed(host("node-y"))}, want: []int64{16, 0, 100}},
+		{name: "one constraint on zone, 3 out of 4 nodes are candidates", pod: soft(foo(), 1, "zone", fooSel), pods: abxyPods,
+			nodes: threeZHFailedY, want: []int64{75, 75, 100}},
+		{name: "two Constraints on zone and node, 2 out of 4 nodes are candidates",
+			pod:   soft(soft(foo(), 1, "zone", fooSel), 1, corev1.LabelHostname, fooSel),
+			pods:  labelled(fooL, "node-a", "node-a", "node-b", "node-x", "node-x", "node-y", "node-y", "node-y", "node-y"),
+			nodes: []scenario.Node{zh("node-a", "zone1"), failed(zh("node-b", "zone1")), zh("node-x", "zone2"), failed(zh("node-y", "zone2"))}, want: []int64{100, 63}},
+		{name: "two Constraints on zone, 2 out of 4 nodes are candidates",
+			pod:   soft(soft(mkPod().Labels(fooBarL), 1, "zone", fooSel), 1, "zone", barSel),
+			pods:  append(labelled(fooBarL, "node-a", "node-b", "node-y"), labelled(fooL, "node-a", "node-y", "node-y")...),
+			nodes: []scenario.Node{spreadNode("node-a", "zone=zone1"), failed(spreadNode("node-b", "zone=zone1")), spreadNode("node-x", "zone=zone2"), failed(spreadNode("node-y", "zone=zone2"))},
+			want:  []int64{85, 100}},
+		{name: "two Constraints on zone and node, with different labelSelectors",
+			pod:  soft(soft(mkPod().Labels(fooBarL), 1, "zone", fooSel), 1, corev1.LabelHostname, barSel),
+			pods: diffPods, nodes: fourZH, want: []int64{60, 20, 100, 60}},
+		{name: "two Constraints on zone and node, with different labelSelectors, some nodes have 0 pods",
+			pod:  soft(soft(mkPod().Labels(fooBarL), 1, "zone", fooSel), 1, corev1.LabelHostname, barSel),
+			pods: append(append(labelled(barL, "node-b"), labelled(fooL, "node-x")...), labelled(fooBarL, "node-y")...), nodes: fourZH, want: []int64{100, 60, 40, 0}},
+		{name: "two Constraints on zone and node, with different labelSelectors, 3 out of 4 nodes are candidates",
+			pod:  soft(soft(mkPod().Labels(fooBarL), 1, "zone", fooSel), 1, corev1.LabelHostname, barSel),
+			pods: diffPods, nodes: threeZHFailedY, want: []int64{50, 25, 100}},
+		{name: "existing pods in a different namespace do not count", pod: soft(foo(), 1, corev1.LabelHostname, fooSel),
+			pods:  append([]*kpod{mkPod().NS("ns1").Labels(fooL).Node("node-a")}, labelled(fooL, "node-a", "node-b", "node-b")...),
+			nodes: []scenario.Node{host("node-a"), host("node-b")}, want: []int64{100, 33}},
+		{name: "terminating Pods should be excluded", pod: soft(foo(), 1, corev1.LabelHostname, fooSel),
+			pods:  []*kpod{mkPod().Labels(fooL).Node("node-a").Terminating(), mkPod().Labels(fooL).Node("node-b")},
+			nodes: []scenario.Node{host("node-a"), host("node-b")}, want: []int64{100, 0}},
+		{name: "minDomains has no effect when ScheduleAnyway", pod: foo().Spread(2, "node", false, fooSel, ptr32(10), nil, nil),
+			pods:  labelled(fooL, "node-a", "node-a", "node-b", "node-b", "node-c"),
+			nodes: []scenario.Node{spreadNode("node-a", "node=node-a"), spreadNode("node-b", "node=node-b"), spreadNode("node-c", "node=node-c")}, want: []int64{75, 75, 100}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.check(t, spreadScoreSource+c.name, spreadOnly) })
+	}
+}
