@@ -123,6 +123,9 @@ type constraintState struct {
 	claimInUse bool
 	// scoring is true when nodes that fit must be ranked by preference first.
 	scoring bool
+	// topo is interPodTopology's result, once topoDone.
+	topo     map[string][]int64
+	topoDone bool
 }
 
 // spreadState is one DoNotSchedule constraint's pod count per domain.
@@ -158,12 +161,15 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms, cache *domainC
 	if len(s.c.ExclusiveClaims) > 0 {
 		s.claimInUse = exclusiveClaimInUse(v, pod)
 	}
-	s.scoring = v.affinityNodes > 0 || v.softTainted ||
-		len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity)+len(s.c.PreferredNodeAffinity) > 0
+	s.scoring = v.softTainted || len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity)+len(s.c.PreferredNodeAffinity) > 0
 	for i := range s.c.Spread {
 		if !s.c.Spread[i].Hard {
 			s.scoring = true
 		}
+	}
+	// Placed pods' terms score this pod only if one of them selects it.
+	if !s.scoring && v.affinityNodes > 0 {
+		s.scoring = len(s.interPodTopology()) > 0
 	}
 	return s
 }

@@ -57,27 +57,7 @@ func (s *constraintState) preferenceScores(v *View, cands []candidate) []int64 {
 // interPodScores is InterPodAffinity's normalized score per candidate, or nil when
 // no term bears on the pod.
 func (s *constraintState) interPodScores(v *View, cands []candidate) []int64 {
-	own := len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity) > 0
-	topo := map[string][]int64{}
-	add := func(i int, key string, w int64) {
-		d := s.domains(key)
-		dom := d.of[i]
-		if dom < 0 {
-			return
-		}
-		if topo[key] == nil {
-			topo[key] = make([]int64, d.count)
-		}
-		topo[key][dom] += w
-	}
-	for i, n := range v.nodes {
-		if (!own && n.AffinityPods == 0) || len(n.Labels) == 0 {
-			continue
-		}
-		for _, e := range n.Pods {
-			s.scoreExisting(i, e, add)
-		}
-	}
+	topo := s.interPodTopology()
 	if len(topo) == 0 {
 		return nil
 	}
@@ -99,6 +79,43 @@ func (s *constraintState) interPodScores(v *View, cands []candidate) []int64 {
 		}
 	}
 	return raw
+}
+
+// interPodTopology sums, per topology domain, the weights of the terms that bear on
+// the pod: its preferred terms selecting placed pods, and placed pods' terms
+// selecting it. Computed once per placement.
+func (s *constraintState) interPodTopology() map[string][]int64 {
+	if s.topoDone {
+		return s.topo
+	}
+	s.topoDone = true
+	v := s.v
+	own := len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity) > 0
+	if !own && v.affinityNodes == 0 {
+		return nil
+	}
+	topo := map[string][]int64{}
+	add := func(i int, key string, w int64) {
+		d := s.domains(key)
+		dom := d.of[i]
+		if dom < 0 {
+			return
+		}
+		if topo[key] == nil {
+			topo[key] = make([]int64, d.count)
+		}
+		topo[key][dom] += w
+	}
+	for i, n := range v.nodes {
+		if (!own && n.AffinityPods == 0) || len(n.Labels) == 0 {
+			continue
+		}
+		for _, e := range n.Pods {
+			s.scoreExisting(i, e, add)
+		}
+	}
+	s.topo = topo
+	return topo
 }
 
 // scoreExisting adds what placed pod e on the i-th node contributes: the pod's
@@ -341,4 +358,24 @@ func normalize(raw []int64, reverse bool) []int64 {
 		}
 	}
 	return raw
+}
+
+// PreferenceScoresOf returns, for the nodes of v that pod fits on (in snapshot
+// order), the normalized scores InterPodAffinity and PodTopologySpread give them;
+// a plugin with nothing to score returns nil. It exists so that kube-scheduler's
+// score tables can be checked against the core.
+func PreferenceScoresOf(v *View, pod *model.Pod) (nodes []string, interPod, spread []int64) {
+	q := newPodQuery(pod)
+	cs := newConstraintState(v, pod, q.terms, nil)
+	var cands []candidate
+	for i, n := range v.nodes {
+		if fullMisfit(q, cs, i, n) == fits {
+			cands = append(cands, candidate{index: i})
+			nodes = append(nodes, n.Name)
+		}
+	}
+	if cs == nil || len(cands) == 0 {
+		return nodes, nil, nil
+	}
+	return nodes, cs.interPodScores(v, cands), cs.spreadScores(v, cands)
 }

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 	"github.com/gantry-dev/gantry/pkg/scheduler/scenario"
 )
@@ -190,4 +192,47 @@ func (c filterCase) run(t *testing.T, source string) {
 		sc.Expect.Binds = []string{"incoming"}
 	}
 	scenario.Run(t, sc)
+}
+
+// scoreCase is one ported Score case: the normalized score of each node (nil when
+// the plugin has nothing to score, kube-scheduler's Skip).
+type scoreCase struct {
+	name    string
+	pod     *kpod
+	pods    []*kpod
+	nodes   []scenario.Node
+	nsl     map[string]map[string]string
+	want    []int64
+	differs string
+}
+
+// check builds the case's cluster and compares the plugin's scores, which pick
+// chooses from the two PreferenceScoresOf returns.
+func (c scoreCase) check(t *testing.T, source string, pick func(interPod, spread []int64) []int64) {
+	t.Helper()
+	t.Logf("ported from %s", source)
+	if c.differs != "" {
+		t.Logf("Gantry differs on purpose: %s", c.differs)
+	}
+	sc := scenario.Scenario{Nodes: c.nodes, NamespaceLabels: c.nsl}
+	for i, p := range c.pods {
+		sc.Gangs = append(sc.Gangs, scenario.Gang{Name: fmt.Sprintf("existing%d", i), On: p.node, BestEffort: true, NodeSelector: p.nodeSelector, Spec: p.spec})
+	}
+	sc.Gangs = append(sc.Gangs, scenario.Gang{Name: "incoming", BestEffort: true, NodeSelector: c.pod.nodeSelector, Spec: c.pod.spec})
+	snap, err := scenario.Build(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, ipa, spread := placement.PreferenceScoresOf(placement.NewView(snap), snap.Pods[model.PodID(podNS(c.pod)+"/incoming-0")])
+	got := pick(ipa, spread)
+	if fmt.Sprint(got) != fmt.Sprint(c.want) {
+		t.Errorf("scores of %v = %v, want %v", nodes, got, c.want)
+	}
+}
+
+func podNS(p *kpod) string {
+	if p.spec.Namespace == "" {
+		return "ns"
+	}
+	return p.spec.Namespace
 }
