@@ -97,9 +97,6 @@ func TestVersionAndOutputFormats(t *testing.T) {
 // linked with immediate binding and cannot start: go-nvml's symbols are unresolved
 // until a driver is loaded.
 func TestNoPluginPackage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list")
-	}
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)

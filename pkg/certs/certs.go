@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -286,50 +287,66 @@ func (c *controller) writeFiles(b *bundle) error {
 
 // injectCABundle sets caBundle on every webhook of the named configurations.
 func (c *controller) injectCABundle(ctx context.Context, ca []byte) error {
-	var errs []error
-	vwcs := c.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	for _, name := range c.opts.ValidatingWebhooks {
-		cfg, err := vwcs.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", name, err))
-			continue
-		}
-		changed := false
-		for i := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, ca) {
-				cfg.Webhooks[i].ClientConfig.CABundle, changed = ca, true
+	ar := c.client.AdmissionregistrationV1()
+	vwcs, mwcs := ar.ValidatingWebhookConfigurations(), ar.MutatingWebhookConfigurations()
+	errs := injectInto(ctx, ca, "ValidatingWebhookConfiguration", c.opts.ValidatingWebhooks,
+		func(name string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+			return vwcs.Get(ctx, name, metav1.GetOptions{})
+		},
+		func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []*[]byte {
+			out := make([]*[]byte, len(cfg.Webhooks))
+			for i := range cfg.Webhooks {
+				out[i] = &cfg.Webhooks[i].ClientConfig.CABundle
 			}
-		}
-		if changed {
-			if _, err := vwcs.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("set caBundle of ValidatingWebhookConfiguration %s: %w", name, err))
+			return out
+		},
+		func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) error {
+			_, err := vwcs.Update(ctx, cfg, metav1.UpdateOptions{})
+			return err
+		})
+	errs = append(errs, injectInto(ctx, ca, "MutatingWebhookConfiguration", c.opts.MutatingWebhooks,
+		func(name string) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+			return mwcs.Get(ctx, name, metav1.GetOptions{})
+		},
+		func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) []*[]byte {
+			out := make([]*[]byte, len(cfg.Webhooks))
+			for i := range cfg.Webhooks {
+				out[i] = &cfg.Webhooks[i].ClientConfig.CABundle
 			}
-		}
-	}
-	mwcs := c.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	for _, name := range c.opts.MutatingWebhooks {
-		cfg, err := mwcs.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", name, err))
-			continue
-		}
-		changed := false
-		for i := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, ca) {
-				cfg.Webhooks[i].ClientConfig.CABundle, changed = ca, true
-			}
-		}
-		if changed {
-			if _, err := mwcs.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("set caBundle of MutatingWebhookConfiguration %s: %w", name, err))
-			}
-		}
-	}
+			return out
+		},
+		func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) error {
+			_, err := mwcs.Update(ctx, cfg, metav1.UpdateOptions{})
+			return err
+		})...)
 	return errors.Join(errs...)
+}
+
+// injectInto sets ca in every caBundle of the named configurations of one kind,
+// updating only those that change; a configuration that does not exist is skipped.
+func injectInto[T any](ctx context.Context, ca []byte, kind string, names []string,
+	get func(string) (T, error), bundles func(T) []*[]byte, update func(T) error) []error {
+	var errs []error
+	for _, name := range names {
+		cfg, err := get(name)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("get %s %s: %w", kind, name, err))
+			continue
+		}
+		changed := false
+		for _, b := range bundles(cfg) {
+			if !bytes.Equal(*b, ca) {
+				*b, changed = ca, true
+			}
+		}
+		if changed {
+			if err := update(cfg); err != nil {
+				errs = append(errs, fmt.Errorf("set caBundle of %s %s: %w", kind, name, err))
+			}
+		}
+	}
+	return errs
 }
