@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
@@ -54,10 +55,22 @@ func (c *cycle) mayPreempt(w *work) bool {
 	return gpu.Allocated < gpu.FairShare || belowQuota
 }
 
-// withinLimit says whether the queue takes amounts within its limits once the
-// victims are gone.
-func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts) func([]*model.Pod) bool {
-	return func(victims []*model.Pod) bool {
+// limitGate is a queue limit a preemptor must get under: within says whether the
+// queue takes the preemptor's amounts within its limits once the victims are gone;
+// queue is the queue whose limit blocks (the preemptor's own, or an ancestor).
+type limitGate struct {
+	within func([]*model.Pod) bool
+	queue  string
+}
+
+// withinLimit is the gate of the limit overLimit reports.
+func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts, overLimit error) *limitGate {
+	gate := &limitGate{queue: queue}
+	var le *fairshare.LimitError
+	if errors.As(overLimit, &le) {
+		gate.queue = le.Queue
+	}
+	gate.within = func(victims []*model.Pod) bool {
 		for _, v := range victims {
 			c.shares.Release(c.snap.QueueOf(v.Queue), boundAmounts(c.snap, v))
 		}
@@ -67,6 +80,7 @@ func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts) func([]*mod
 		}
 		return err == nil
 	}
+	return gate
 }
 
 // reserveNominated keeps for a nominated gang what its victims, still terminating,
@@ -113,7 +127,7 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 // preempt searches victims for pods of w (its core, or one elastic member) and
 // records the evictions and the nomination; when there are none, w is left pending
 // with kind and why. It reports whether it nominated.
-func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, kind PendingKind, why string, withinLimit func([]*model.Pod) bool) bool {
+func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, kind PendingKind, why string, limit *limitGate) bool {
 	s, snap, view, shares, plan := c.s, c.snap, c.view, c.shares, c.plan
 	elastic := len(w.core) == 0 || pods[0].Elastic
 	if c.searches >= maxPreemptionSearches {
@@ -123,11 +137,15 @@ func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, k
 		return false
 	}
 	c.searches++
-	res, err := preempt.Find(preempt.Request{
+	req := preempt.Request{
 		Gang: w.gang, Pods: pods, Snapshot: snap, View: view, Placer: s.Placer, Shares: shares,
 		Now: snap.Now, MinRuntimeSeconds: s.Config.MinRuntimeSeconds,
-		ReclaimOnly: elastic, WithinLimit: withinLimit, Released: c.released,
-	})
+		ReclaimOnly: elastic, Released: c.released,
+	}
+	if limit != nil {
+		req.WithinLimit, req.LimitQueue = limit.within, limit.queue
+	}
+	res, err := preempt.Find(req)
 	if err == nil && len(res.Victims) == 0 {
 		err = fmt.Errorf("the search placed the gang without victims, which this cycle could not")
 	}
