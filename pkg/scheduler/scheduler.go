@@ -119,6 +119,9 @@ type work struct {
 	extra []*model.Pod
 	// nominated is true when an earlier cycle evicted for this gang.
 	nominated bool
+	// held is true for a nominated gang the caller asked to skip: it is neither placed
+	// nor reported, but the room promised to it is kept (keepRoom).
+	held bool
 }
 
 // Schedule runs one cycle over snap. It does not modify snap: decisions are made on a
@@ -150,6 +153,8 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 	// go before every queue, so no other gang, of any queue, takes it first.
 	for _, w := range nominated {
 		switch {
+		case w.held:
+			c.keepRoom(w)
 		case len(w.core) == 0:
 			c.placeElastic(w) // members above the minimum, nominated: theirs first too
 		case c.placeGang(w):
@@ -188,6 +193,12 @@ func (c *cycle) admit(skip func(model.GangID) bool, queueErr error) (nominated [
 	byQueue = map[string][]*work{}
 	for _, w := range pendingWork(snap) {
 		if skip != nil && skip(w.gang.ID) {
+			// A skipped preemptor still owns the room its victims free: kept, or the
+			// next gang that does not fit would evict again for it (issue 19).
+			if w.nominated && len(w.core) > 0 {
+				w.held = true
+				nominated = append(nominated, w)
+			}
 			continue
 		}
 		if w.gang.Missing != "" {
