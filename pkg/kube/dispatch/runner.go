@@ -160,7 +160,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	for _, b := range d.Batches {
 		go r.bindBatch(ctx, b)
 	}
-	r.evict(ctx, d.Evictions)
+	r.evict(ctx, d.Evictions, prep.Plan.Preemptions)
 	for _, nom := range d.Nominations {
 		for _, pl := range nom.Placements {
 			r.nominate(ctx, pl)
@@ -240,9 +240,10 @@ func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
 }
 
 // evict carries out a cycle's evictions, one group per preemptor, each all or none
-// (evictor.evictFor), in the background. Victims not evicted run on: the cache
-// counts them as running again.
-func (r *Runner) evict(ctx context.Context, victims []cache.Victim) {
+// (evictor.evictFor), in the background, and counts each decision carried out
+// (decisions are the cycle's Plan.Preemptions). Victims not evicted run on: the
+// cache counts them as running again.
+func (r *Runner) evict(ctx context.Context, victims []cache.Victim, decisions []scheduler.Preemption) {
 	byPreemptor := map[model.GangID][]cache.Victim{}
 	var order []model.GangID
 	for _, v := range victims {
@@ -268,11 +269,55 @@ func (r *Runner) evict(ctx context.Context, victims []cache.Victim) {
 			if err != nil {
 				klog.InfoS("Evictions not issued", "preemptor", g, "victims", len(kept), "reason", err)
 			}
-			for _, v := range evicted {
-				r.metrics.ObserveEviction(v.Kind, v.GPUMemory)
-			}
+			r.observeEvictions(evicted, len(kept) == 0, decisions)
 		}()
 	}
+}
+
+// observeEvictions counts the victims evicted for one preemptor and what they freed:
+// the decision's own figures when all its victims were evicted (FreedBytes is the
+// memory measured free, whole GPUs and shares alike), else what the evicted victims
+// held. Evictions of no decision (a gang's own members below its minimum) count the
+// memory they held.
+func (r *Runner) observeEvictions(evicted []cache.Victim, all bool, decisions []scheduler.Preemption) {
+	if len(evicted) == 0 {
+		return
+	}
+	var whole, shared int
+	var freed int64
+	found := false
+	for _, p := range decisions {
+		if p.Preemptor == evicted[0].Preemptor && p.Kind == evicted[0].Kind {
+			whole, shared, freed, found = whole+p.WholeGPUs, shared+p.SharedVictims, freed+p.FreedBytes, true
+		}
+	}
+	if !found {
+		for _, v := range evicted {
+			r.metrics.ObserveEviction(v.Kind, v.GPUMemory)
+		}
+		return
+	}
+	for _, v := range evicted {
+		r.metrics.ObserveEviction(v.Kind, 0)
+	}
+	if !all {
+		whole, shared, freed = 0, 0, 0
+		for _, v := range evicted {
+			freed += v.GPUMemory
+			held := false
+			for _, b := range v.Pod.GPUs {
+				if b.Whole {
+					whole++
+				} else {
+					held = true
+				}
+			}
+			if held {
+				shared++
+			}
+		}
+	}
+	r.metrics.ObservePreemption(evicted[0].Kind, whole, shared, freed)
 }
 
 // paused is how long cycles must still wait for the API server to be reachable.
