@@ -89,6 +89,9 @@ type Runner struct {
 	nominated  map[model.PodID]string
 	lastReason map[model.GangID]string
 	pending    map[model.GangID]scheduler.Pending
+	// warned are the pods told of a share conflict (cache.ShareConflict), by UID:
+	// told once, not every cycle they are nominated.
+	warned map[string]bool
 	// bindFailures counts each gang's failed bind rounds since its last success,
 	// for its backoff.
 	bindFailures map[model.GangID]int
@@ -114,6 +117,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		nominated:    map[model.PodID]string{},
 		lastReason:   map[model.GangID]string{},
 		pending:      map[model.GangID]scheduler.Pending{},
+		warned:       map[string]bool{},
 		bindFailures: map[model.GangID]int{},
 	}
 }
@@ -182,6 +186,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	for _, pd := range d.Pending {
 		r.explainPending(ctx, pd)
 	}
+	r.warnShareConflicts(d.ShareConflicts)
 	for _, pd := range d.Incomplete {
 		klog.InfoS("Gang incomplete for too long", "gang", pd.Gang, "reason", pd.Reason)
 		for _, p := range pd.Pods {
@@ -217,6 +222,26 @@ func (r *Runner) nominate(ctx context.Context, pl placement.Placement) {
 			klog.V(2).InfoS("Nominate", "pod", pl.Pod, "node", pl.Node, "err", err)
 		}
 	}()
+}
+
+// warnShareConflicts emits a warning Event, once per pod, on pods whose GPU share and
+// engine's gpu_memory_utilization contradict: the pod is booked for the larger, and
+// the user should make the two agree (issue 19). The Event goes with the pod's first
+// nomination or bind; a pod is forgotten once bound, as it is not placed again.
+func (r *Runner) warnShareConflicts(conflicts []cache.ShareConflict) {
+	for _, sc := range conflicts {
+		key := sc.Pod.UID
+		if key == "" {
+			key = string(sc.Pod.ID)
+		}
+		r.mu.Lock()
+		seen := r.warned[key]
+		r.warned[key] = true
+		r.mu.Unlock()
+		if !seen {
+			r.status.event(sc.Pod, corev1.EventTypeWarning, names.EventGPUShareConflict, sc.Message)
+		}
+	}
 }
 
 // explainPending writes why a gang waits on its pods (PodScheduled=False and an
@@ -383,6 +408,7 @@ func (r *Runner) bindBatch(ctx context.Context, b cache.Batch) {
 	for _, res := range results {
 		if res.outcome == bound {
 			delete(r.nominated, res.req.Pod.ID)
+			delete(r.warned, res.req.Pod.UID)
 		}
 	}
 	if err == nil {
