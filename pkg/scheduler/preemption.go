@@ -93,6 +93,38 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 	if len(leaving) == 0 {
 		return false
 	}
+	if !c.bookOnceGone(w, leaving, amounts) {
+		c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", len(leaving)))
+		return true
+	}
+	c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate; their room is kept for this gang", len(leaving)))
+	return true
+}
+
+// keepRoom books, for a nominated gang the caller skips this cycle, the room it was
+// promised: where it fits once the victims terminating on its nominated nodes are
+// gone, or where it fits now. Nothing is bound or reported for it; the room is only
+// kept from the gangs that come after it, which would otherwise find the cluster full
+// and search victims again (a live burst evicted a third gang for 8 one-GPU services
+// this way, issue 19).
+func (c *cycle) keepRoom(w *work) {
+	amounts := podsAmounts(w.core)
+	leaving := terminatingOnNominatedNodes(c.snap, w.core)
+	if len(leaving) > 0 {
+		c.bookOnceGone(w, leaving, amounts)
+		return
+	}
+	if placements, unsched := c.s.Placer.PlaceGang(c.view, w.core); unsched == nil {
+		for i, pl := range placements {
+			c.view.Assign(w.core[i], pl)
+		}
+		c.allocate(w.gang, amounts)
+	}
+}
+
+// bookOnceGone places w's core on a view where leaving are gone and, if it fits,
+// releases them in the cycle's view and books w there. It reports whether w fit.
+func (c *cycle) bookOnceGone(w *work, leaving []*model.Pod, amounts fairshare.Amounts) bool {
 	fork := c.view.Fork()
 	for _, p := range leaving {
 		if !c.released[p.ID] { // another nominated gang released it in this cycle
@@ -101,8 +133,7 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 	}
 	placements, unsched := c.s.Placer.PlaceGang(fork, w.core)
 	if unsched != nil {
-		c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", len(leaving)))
-		return true
+		return false
 	}
 	for _, p := range leaving {
 		if c.released[p.ID] {
@@ -120,7 +151,6 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 		c.view.Assign(w.core[i], pl)
 	}
 	c.allocate(w.gang, amounts)
-	c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate; their room is kept for this gang", len(leaving)))
 	return true
 }
 

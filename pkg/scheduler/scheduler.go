@@ -133,6 +133,9 @@ type work struct {
 	extra []*model.Pod
 	// nominated is true when an earlier cycle evicted for this gang.
 	nominated bool
+	// held is true for a nominated gang the caller asked to skip: it is neither placed
+	// nor reported, but the room promised to it is kept (keepRoom).
+	held bool
 }
 
 // Schedule runs one cycle over snap. It does not modify snap: decisions are made on a
@@ -165,6 +168,10 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 	// first only to bind, or to wait for their victims; a nomination that serves for
 	// neither ends here, and the gang takes its turn in queue order.
 	for _, w := range nominated {
+		if w.held {
+			c.keepRoom(w) // skipped by the caller: neither placed nor reported, its room kept
+			continue
+		}
 		var done, kept bool
 		var why string
 		if len(w.core) == 0 {
@@ -218,6 +225,12 @@ func (c *cycle) admit(skip func(model.GangID) bool, queueErr error) (nominated [
 	byQueue = map[string][]*work{}
 	for _, w := range pendingWork(snap) {
 		if skip != nil && skip(w.gang.ID) {
+			// A skipped preemptor still owns the room its victims free: kept, or the
+			// next gang that does not fit would evict again for it (issue 19).
+			if w.nominated && len(w.core) > 0 {
+				w.held = true
+				nominated = append(nominated, w)
+			}
 			continue
 		}
 		if w.gang.Missing != "" {

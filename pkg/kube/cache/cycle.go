@@ -141,6 +141,16 @@ type Decisions struct {
 	// Incomplete are gangs that have waited too long for members that do not exist,
 	// to be told so once.
 	Incomplete []PendingGang
+	// ShareConflicts are pods bound or nominated in this plan whose GPU share and
+	// engine's start-up need contradict on the GPU they were given, for a warning.
+	ShareConflicts []ShareConflict
+}
+
+// ShareConflict is a pod whose share and gpu_memory_utilization contradict on its
+// GPU, and what it is booked for and why (model.GPUDemand.ShareConflict).
+type ShareConflict struct {
+	Pod     *model.Pod
+	Message string
 }
 
 // Commit records a plan before any of it reaches the API: binds are assumed (their
@@ -181,6 +191,12 @@ func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
 	for _, nom := range plan.Nominations {
 		for _, pl := range nom.Placements {
 			c.nominate(pl.Pod, pl.Node)
+			c.noteShareConflict(d, c.snap.Pods[pl.Pod], pl)
+		}
+	}
+	for _, b := range d.Batches {
+		for _, req := range b.Reqs {
+			c.noteShareConflict(d, req.Pod, req.Placement)
 		}
 	}
 	for _, pd := range plan.Pending {
@@ -269,6 +285,26 @@ func (c *Cache) nominate(id model.PodID, node string) {
 		q := *p
 		q.NominatedNode = node
 		c.snap.Pods[id] = &q
+	}
+}
+
+// noteShareConflict adds p to d.ShareConflicts when its share and its engine's
+// start-up need contradict on the GPU pl gives it. Caller holds mu.
+func (c *Cache) noteShareConflict(d *Decisions, p *model.Pod, pl placement.Placement) {
+	if p == nil || !p.GPU.Shared() || p.GPU.StartFreeFraction <= 0 {
+		return
+	}
+	n := c.snap.Node(pl.Node)
+	if n == nil {
+		return
+	}
+	for _, b := range pl.GPUs {
+		if g := n.GPUByIndex(b.Index); g != nil {
+			if msg := p.GPU.ShareConflict(g.MemoryBytes); msg != "" {
+				d.ShareConflicts = append(d.ShareConflicts, ShareConflict{Pod: p, Message: msg})
+				return
+			}
+		}
 	}
 }
 
