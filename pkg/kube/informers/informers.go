@@ -34,6 +34,7 @@ import (
 	gcache "github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/pkg/podspec/volumebind"
 )
 
@@ -78,7 +79,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 			func(pc *schedv1.PriorityClass) { c.DeletePriorityClass(pc.Name); c.RegroupAll("") })),
 	}
 	served := servedResources(client)
-	dra := names.ResourceGroupVersion
+	dra := gvr.Resource
 	if served[dra.WithResource("resourceslices")] {
 		errs = append(errs, add(on(inf.core.Resource().V1().ResourceSlices().Informer(), c.UpsertSlice, c.DeleteSlice)))
 	}
@@ -154,12 +155,12 @@ func (inf *Informers) watchCustom(c *gcache.Cache, lookup *ObjectLookup, served 
 		c.SetQueues(cp)
 	}
 	errs := []error{
-		watch(names.QueueGVR, func(u *unstructured.Unstructured) { setQueues(u, true) }, func(u *unstructured.Unstructured) { setQueues(u, false) }),
-		watch(names.GPUNodeGVR, func(u *unstructured.Unstructured) { upsertGPUNode(c, u) }, func(u *unstructured.Unstructured) { c.SetLive(u.GetName(), nil) }),
-		watch(names.PodGroupGVR, lookupUpsert[schedulingv1alpha1.PodGroup](c, lookup.podGroups), lookupRemove(c, lookup.podGroups)),
-		watch(names.RayClusterGVR, lookupUpsert[rayv1.RayCluster](c, lookup.rayClusters), lookupRemove(c, lookup.rayClusters)),
-		watch(names.RayJobGVR, lookupUpsert[rayv1.RayJob](c, lookup.rayJobs), lookupRemove(c, lookup.rayJobs)),
-		watch(names.RayServiceGVR, lookupUpsert[rayv1.RayService](c, lookup.rayServices), lookupRemove(c, lookup.rayServices)),
+		watch(gvr.Queue, func(u *unstructured.Unstructured) { setQueues(u, true) }, func(u *unstructured.Unstructured) { setQueues(u, false) }),
+		watch(gvr.GPUNode, func(u *unstructured.Unstructured) { upsertGPUNode(c, u) }, func(u *unstructured.Unstructured) { c.SetLive(u.GetName(), nil) }),
+		watch(gvr.PodGroup, lookupUpsert[schedulingv1alpha1.PodGroup](c, lookup.podGroups), lookupRemove(c, lookup.podGroups)),
+		watch(gvr.RayCluster, lookupUpsert[rayv1.RayCluster](c, lookup.rayClusters), lookupRemove(c, lookup.rayClusters)),
+		watch(gvr.RayJob, lookupUpsert[rayv1.RayJob](c, lookup.rayJobs), lookupRemove(c, lookup.rayJobs)),
+		watch(gvr.RayService, lookupUpsert[rayv1.RayService](c, lookup.rayServices), lookupRemove(c, lookup.rayServices)),
 	}
 	return errors.Join(errs...)
 }
@@ -208,7 +209,7 @@ func fromUnstructured(u *unstructured.Unstructured, into any) error {
 func servedResources(client kubernetes.Interface) map[schema.GroupVersionResource]bool {
 	out := map[schema.GroupVersionResource]bool{}
 	for _, gv := range []schema.GroupVersion{
-		names.QueueGVR.GroupVersion(), names.GPUNodeGVR.GroupVersion(), names.RayClusterGVR.GroupVersion(), names.ResourceGroupVersion,
+		gvr.Queue.GroupVersion(), gvr.GPUNode.GroupVersion(), gvr.RayCluster.GroupVersion(), gvr.Resource,
 	} {
 		list, err := client.Discovery().ServerResourcesForGroupVersion(gv.String())
 		if err != nil {
