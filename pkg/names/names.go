@@ -91,8 +91,9 @@ const (
 	// ReasonPreemptionByScheduler is the reason of the DisruptionTarget condition on
 	// a victim.
 	ReasonPreemptionByScheduler = "PreemptionByScheduler"
-	// ConditionGangIncomplete is set (PodGroup condition and pod Event reason) on a
-	// gang that has waited too long for members that do not exist.
+	// ConditionGangIncomplete is the reason of a pod's PodScheduled=False condition,
+	// and of its Event, once its gang has waited longer than allowed for members
+	// that do not exist; its PodGroup says the same (ReasonPodGroupIncomplete).
 	ConditionGangIncomplete = "GangIncomplete"
 )
 

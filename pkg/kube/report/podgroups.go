@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +19,9 @@ import (
 
 // reportPodGroups writes each PodGroup's phase, member counts and Scheduled
 // condition, whose message is the reason the scheduler gave for leaving the gang
-// pending. Only changes are written.
+// pending; its reason is typed (names.ReasonPodGroup*), GangIncomplete once the gang
+// has waited longer than allowed for members that do not exist. Only changes are
+// written.
 func (r *StatusReporter) reportPodGroups(ctx context.Context) {
 	if r.podGroups == nil || r.pending == nil {
 		return
@@ -49,6 +52,11 @@ func (r *StatusReporter) podGroupStatus(id model.GangID, pg *schedulingv1alpha1.
 		cond.Message = "waiting for the next scheduling cycle"
 		if pd, ok := r.pending(id); ok {
 			cond.Reason, cond.Message = podGroupReason(pd), pd.Reason
+		}
+		if timeout, overdue := r.cache.IncompleteOverdue(id); overdue {
+			// The same fact the gang's pods carry (PodScheduled=False, GangIncomplete).
+			cond.Reason = names.ReasonPodGroupIncomplete
+			cond.Message = fmt.Sprintf("incomplete for more than %s (incompleteGangTimeout): %s", timeout, cond.Message)
 		}
 	}
 	st.Conditions = []metav1.Condition{cond}
