@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // checkGang asserts what every gang must satisfy whatever its input: a minimum of at
@@ -63,9 +64,9 @@ func FuzzPodGroupSpec(f *testing.F) {
 	f.Add(int32(0), int32(0), int32(0), " 9999999999999999999 ", uint8(11), uint16(0x5555))
 	f.Fuzz(func(t *testing.T, minMember, sub1, sub2 int32, annotation string, n uint8, states uint16) {
 		sub := func(i int) podOption {
-			return func(p *corev1.Pod) { p.Labels[schedulingv1alpha1.SubGroupLabel] = []string{"a", "b", ""}[i%3] }
+			return func(p *corev1.Pod) { p.Labels[names.LabelSubGroup] = []string{"a", "b", ""}[i%3] }
 		}
-		withPG := fuzzPods(n, states, func(p *corev1.Pod) { p.Annotations[schedulingv1alpha1.PodGroupAnnotation] = "pg" })
+		withPG := fuzzPods(n, states, func(p *corev1.Pod) { p.Annotations[names.AnnotationPodGroup] = "pg" })
 		for i, p := range withPG {
 			sub(i)(p)
 		}
@@ -79,8 +80,8 @@ func FuzzPodGroupSpec(f *testing.F) {
 			}
 		}
 		annotated := fuzzPods(n, states, func(p *corev1.Pod) {
-			p.Annotations[schedulingv1alpha1.PodGroupAnnotation] = "adhoc"
-			p.Annotations[schedulingv1alpha1.MinMemberAnnotation] = annotation
+			p.Annotations[names.AnnotationPodGroup] = "adhoc"
+			p.Annotations[names.AnnotationMinMember] = annotation
 		})
 		for _, g := range Group(annotated, &StaticLookup{}) {
 			checkFuzzedGang(t, g, len(annotated))
@@ -110,14 +111,14 @@ func FuzzRayClusterSpec(f *testing.F) {
 				{GroupName: "gpu", Replicas: ptr.To(replicas), MinReplicas: ptr.To(minReplicas), NumOfHosts: hosts, Suspend: ptr.To(suspendGroup)},
 				{GroupName: "cpu", Replicas: ptr.To(replicas)},
 			}}}
-		pods := fuzzPods(n, states, func(p *corev1.Pod) { p.Labels[rayClusterLabel] = "rc" })
+		pods := fuzzPods(n, states, func(p *corev1.Pod) { p.Labels[names.LabelRayCluster] = "rc" })
 		for i, p := range pods {
 			if i == 0 {
-				p.Labels[rayNodeTypeLabel] = rayHeadNodeType
+				p.Labels[names.LabelRayNodeType] = names.RayNodeTypeHead
 				continue
 			}
-			p.Labels[rayNodeTypeLabel] = rayWorkerNodeType
-			p.Labels[rayGroupLabel] = []string{"gpu", "cpu"}[i%2]
+			p.Labels[names.LabelRayNodeType] = names.RayNodeTypeWorker
+			p.Labels[names.LabelRayGroup] = []string{"gpu", "cpu"}[i%2]
 		}
 		lookup, _ := NewStaticLookup(rc)
 		for _, g := range Group(pods, lookup) {
@@ -151,12 +152,12 @@ func FuzzRayClusterYAML(f *testing.F) {
 		}
 		rc.Namespace, rc.Name = ns, "rc"
 		pods := fuzzPods(n, 0, func(p *corev1.Pod) {
-			p.Labels[rayClusterLabel] = "rc"
-			p.Labels[rayNodeTypeLabel] = rayWorkerNodeType
+			p.Labels[names.LabelRayCluster] = "rc"
+			p.Labels[names.LabelRayNodeType] = names.RayNodeTypeWorker
 		})
 		for i, g := range rc.Spec.WorkerGroupSpecs {
 			if i < len(pods) {
-				pods[i].Labels[rayGroupLabel] = g.GroupName
+				pods[i].Labels[names.LabelRayGroup] = g.GroupName
 			}
 		}
 		lookup, _ := NewStaticLookup(&rc)

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gantry-dev/gantry/pkg/certs"
-	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/webhook"
 )
 
 func TestChartWebhooks(t *testing.T) {
@@ -149,8 +149,8 @@ func TestChartWebhooks(t *testing.T) {
 
 	t.Run("paths and policies", func(t *testing.T) {
 		q, p := queues.Webhooks[0], pods.Webhooks[0]
-		if *q.ClientConfig.Service.Path != kube.ValidateQueuePath || *p.ClientConfig.Service.Path != kube.DefaultPodPath {
-			t.Errorf("paths %s and %s, the scheduler serves %s and %s", *q.ClientConfig.Service.Path, *p.ClientConfig.Service.Path, kube.ValidateQueuePath, kube.DefaultPodPath)
+		if *q.ClientConfig.Service.Path != webhook.ValidateQueuePath || *p.ClientConfig.Service.Path != webhook.DefaultPodPath {
+			t.Errorf("paths %s and %s, the scheduler serves %s and %s", *q.ClientConfig.Service.Path, *p.ClientConfig.Service.Path, webhook.ValidateQueuePath, webhook.DefaultPodPath)
 		}
 		if *q.FailurePolicy != admissionregistrationv1.Fail {
 			t.Errorf("Queue webhook failurePolicy %s, want Fail: a tree that could not be checked is not let in", *q.FailurePolicy)
