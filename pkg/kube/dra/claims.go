@@ -77,12 +77,23 @@ func Resolve(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) (out
 func Demand(pcs []Claim, d model.GPUDemand) model.GPUDemand {
 	for _, pc := range pcs {
 		for _, r := range pc.Claim.Spec.Devices.Requests {
-			d.Count += max(int(r.Exactly.Count), 1)
+			d.Count += requestedCount(r.Exactly.Count)
 			d.MemoryBytes = RequestedMemory(r.Exactly)
 			d.ByDevice = true
 		}
 	}
 	return d
+}
+
+// maxRequestCount bounds one request's device count as the scheduler reads it. The
+// API server bounds it by nothing but int64; a count above any node's GPUs never fits
+// anyway, and summing two near 2^62 would wrap to a negative demand (fuzz finding).
+const maxRequestCount = 1 << 20
+
+// requestedCount is a request's count as a number of GPUs: at least 1 (the API's
+// default), at most maxRequestCount.
+func requestedCount(n int64) int {
+	return int(min(max(n, 1), maxRequestCount))
 }
 
 // RequestedMemory is the memory share a request asks for, or 0 for whole devices.
@@ -171,14 +182,16 @@ func releaseAllocation(ctx context.Context, client kubernetes.Interface, c *reso
 
 // GPUOfResult is the GPU binding one gpu.gantry.dev allocation result on node
 // stands for: a share of the memory it consumes, or the whole GPU (also when the
-// share is all of the GPU's memory, gpuMemory, where known). ok is false for
+// share is all of the GPU's memory, gpuMemory, where known, or not positive). ok is false for
 // another driver's device or another node's.
 func GPUOfResult(r resourceapi.DeviceRequestAllocationResult, node string, gpuMemory int64) (b model.GPUBinding, ok bool) {
 	index, err := DeviceIndex(r.Device)
 	if r.Driver != names.DriverName || r.Pool != node || err != nil {
 		return b, false
 	}
-	if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil && (gpuMemory <= 0 || q.Value() < gpuMemory) {
+	// A share that consumes no memory, or less than none (fuzz finding), is booked as
+	// the whole GPU: never as less than nothing.
+	if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil && q.Value() > 0 && (gpuMemory <= 0 || q.Value() < gpuMemory) {
 		return model.GPUBinding{Index: index, MemoryBytes: q.Value()}, true
 	}
 	return model.GPUBinding{Index: index, MemoryBytes: gpuMemory, Whole: true}, true
