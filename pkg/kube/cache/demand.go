@@ -121,7 +121,8 @@ func annotatedDemand(pod *corev1.Pod, requests corev1.ResourceList) (model.GPUDe
 func ParseGPUMemory(v string) (int64, error) {
 	s := strings.TrimSpace(v)
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 || f*(1<<20) >= math.MaxInt64 {
+		// f*(1<<20) < 1: less than a byte, which would be read as 0 (fuzz finding).
+		if math.IsNaN(f) || math.IsInf(f, 0) || f*(1<<20) < 1 || f*(1<<20) >= math.MaxInt64 {
 			return 0, fmt.Errorf("%s=%q is not a positive amount of memory: write MiB as a plain number (20480) or a quantity with a unit (20Gi)", names.AnnotationGPUMemory, v)
 		}
 		return int64(f * (1 << 20)), nil
