@@ -127,8 +127,12 @@ func createDRAGang(ctx context.Context, ns, group string, size int, memMiB int64
 func claimsConsistent(ctx context.Context, ns string) error {
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		last = claimsConsistentNow(ctx, ns)
-		return last == nil, nil
+		err := claimsConsistentNow(ctx, ns)
+		if err != nil && ctx.Err() != nil {
+			return false, nil // the deadline's own error says nothing about the claims
+		}
+		last = err
+		return err == nil, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w (for 60s)", last)
@@ -199,4 +203,29 @@ func allocationNode(a *resourceapi.AllocationResult) string {
 		return r.Pool
 	}
 	return ""
+}
+
+// waitClaimsReleased waits until no ResourceClaim of ns is allocated (its pods are
+// gone: kube-controller-manager deallocates a claim that carries the delete-protection
+// finalizer once nothing reserves it), so that the next round starts on free devices;
+// an allocation left after 60 s is a leaked allocation.
+func waitClaimsReleased(ctx context.Context, ns string) error {
+	var held []string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := env.Client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		held = held[:0]
+		for _, c := range list.Items {
+			if c.Status.Allocation != nil {
+				held = append(held, fmt.Sprintf("%s (reserved for %d)", c.Name, len(c.Status.ReservedFor)))
+			}
+		}
+		return len(held) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("claims still allocated 60s after their pods were deleted (a leaked allocation): %v", held)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -130,6 +131,10 @@ func Allocate(ctx context.Context, client kubernetes.Interface, pod *model.Pod, 
 				return err
 			}
 		}
+		c, err := protect(ctx, client, c)
+		if err != nil {
+			return err
+		}
 		var results []resourceapi.DeviceRequestAllocationResult
 		for _, r := range c.Spec.Devices.Requests {
 			count := int(r.Exactly.Count)
@@ -167,6 +172,24 @@ func Allocate(ctx context.Context, client kubernetes.Interface, pod *model.Pod, 
 		}
 	}
 	return nil
+}
+
+// protect adds resourceapi.Finalizer (resource.kubernetes.io/delete-protection) to a
+// claim about to be allocated and returns the claim as stored, as kube-scheduler
+// does: kube-controller-manager clears the allocation of a claim whose pods have all
+// ended only when it carries this finalizer, and keeps the claim from being deleted
+// while allocated. Without it, a claim of its own (not from a template) stayed
+// allocated after its pods were gone: a leaked allocation (chaos finding).
+func protect(ctx context.Context, client kubernetes.Interface, c *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+	if slices.Contains(c.Finalizers, resourceapi.Finalizer) {
+		return c, nil
+	}
+	c.Finalizers = append(c.Finalizers, resourceapi.Finalizer)
+	out, err := client.ResourceV1().ResourceClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("add finalizer %s to ResourceClaim %s/%s: %w", resourceapi.Finalizer, c.Namespace, c.Name, err)
+	}
+	return out, nil
 }
 
 // releaseAllocation clears a claim's allocation and reservations (the API server
