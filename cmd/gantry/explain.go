@@ -145,11 +145,11 @@ func explainPod(ctx context.Context, cfg *rest.Config, ns, name, defaultQueue st
 		e.SchedulingGates = append(e.SchedulingGates, g.Name)
 	}
 	e.Claims = explainClaims(ctx, client, pod)
-	g, err := gangOf(ctx, cfg, client, pod)
-	if err != nil {
+	g, gangErr := gangOf(ctx, cfg, client, pod)
+	if gangErr != nil {
 		g = nil
 	}
-	e.ChargedTo = chargedQueue(pod, g, defaultQueue, listQueues(ctx, cfg))
+	e.ChargedTo = chargedQueue(pod, g, gangErr, defaultQueue, listQueues(ctx, cfg))
 	if g != nil {
 		e.Gang = &gangState{
 			ID: string(g.ID), Source: string(g.Source), MinMember: g.MinMember, Queue: g.Queue, PriorityClassName: g.PriorityClassName,

@@ -30,8 +30,17 @@ type queueState struct{ found, parent bool }
 // chargedQueue works out the pod's queue as the scheduler does: the gang's queue
 // (pkg/gang resolves it from the pods' labels, the PodGroup's spec.queue, then the top
 // owner's labels), else the scheduler's default queue when it exists. queues maps
-// every Queue of the cluster; nil when they could not be listed.
-func chargedQueue(pod *corev1.Pod, g *gang.Gang, defaultQueue string, queues map[string]queueState) queueCharge {
+// every Queue of the cluster; nil when they could not be listed. gangErr is why the
+// gang could not be read, if it could not.
+func chargedQueue(pod *corev1.Pod, g *gang.Gang, gangErr error, defaultQueue string, queues map[string]queueState) queueCharge {
+	c := chargedQueueOf(pod, g, defaultQueue, queues)
+	if gangErr != nil && pod.Labels[names.LabelQueue] == "" && pod.Labels[names.LabelQueueKAI] == "" {
+		c.Why += fmt.Sprintf("; its gang could not be read (%v), so a queue its PodGroup or owner names would take precedence and is not shown", gangErr)
+	}
+	return c
+}
+
+func chargedQueueOf(pod *corev1.Pod, g *gang.Gang, defaultQueue string, queues map[string]queueState) queueCharge {
 	name, why := "", ""
 	switch {
 	case pod.Labels[names.LabelQueue] != "":

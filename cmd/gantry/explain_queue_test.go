@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -40,10 +41,24 @@ func TestChargedQueue(t *testing.T) {
 		{"queues not readable", pod(map[string]string{names.LabelQueue: "team-x"}), nil, "default", nil, "team-x", "label gantry.dev/queue on the pod"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := chargedQueue(c.pod, c.gang, c.defaultQueue, c.queues)
+			got := chargedQueue(c.pod, c.gang, nil, c.defaultQueue, c.queues)
 			if got.Queue != c.queue || !strings.Contains(got.Why, c.why) {
 				t.Errorf("chargedQueue = %+v, want queue %q, why containing %q", got, c.queue, c.why)
 			}
 		})
+	}
+}
+
+// When the gang cannot be read, an unlabelled pod's queue may come from its PodGroup or
+// owner: the explanation says it cannot tell.
+func TestChargedQueueGangUnreadable(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "w0"}}
+	got := chargedQueue(pod, nil, errors.New("forbidden"), "default", map[string]queueState{"default": {found: true}})
+	if got.Queue != "default" || !strings.Contains(got.Why, "its gang could not be read (forbidden)") {
+		t.Errorf("chargedQueue = %+v, want the default queue with a warning that the gang could not be read", got)
+	}
+	labelled := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "w0", Labels: map[string]string{names.LabelQueue: "team-a"}}}
+	if got := chargedQueue(labelled, nil, errors.New("forbidden"), "default", nil); strings.Contains(got.Why, "could not be read") {
+		t.Errorf("chargedQueue = %+v: the pod's own label decides, the gang does not matter", got)
 	}
 }

@@ -129,7 +129,7 @@ func Find(req Request) (*Result, error) {
 
 	rules := newReclaimRules(req, p)
 	units, refused := collectUnits(req, p, rules)
-	required, err := underLimit(req, p, units)
+	required, err := underLimit(req, p, units, rules)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func Find(req Request) (*Result, error) {
 // underLimit picks, when the gang's queue is at its limit, the victims of its own
 // queue that bring it under: preemptible lower-priority units in cost order, as few
 // as WithinLimit needs. Nil when there is no limit to get under.
-func underLimit(req Request, p preemptor, units []*unit) ([]*unit, error) {
+func underLimit(req Request, p preemptor, units []*unit, rules *reclaimRules) ([]*unit, error) {
 	if req.WithinLimit == nil {
 		return nil, nil
 	}
@@ -157,6 +157,9 @@ func underLimit(req Request, p preemptor, units []*unit) ([]*unit, error) {
 	for _, u := range units {
 		if u.kind != KindPreempt && !(u.kind == KindReclaim && req.underLimitQueue(u.gang.Queue)) {
 			continue
+		}
+		if u.kind == KindReclaim && !rules.setWithinSurplus(normalize(append(slices.Clone(chosen), u))) {
+			continue // its queue would go below what the reclaim rule leaves it
 		}
 		chosen = normalize(append(chosen, u))
 		pods = pods[:0]
@@ -168,7 +171,7 @@ func underLimit(req Request, p preemptor, units []*unit) ([]*unit, error) {
 		}
 	}
 	if req.underLimitQueue(p.queue) {
-		return nil, fmt.Errorf("%w: %s: queue %s is at its limit, and evicting all the work below it that the gang may take (%d gangs) would not bring it under",
+		return nil, fmt.Errorf("%w: %s: queue %s is at its limit, and evicting all the work below it that the gang may take (%d) would not bring it under",
 			ErrNoVictims, p.describe(), req.LimitQueue, len(chosen))
 	}
 	return nil, fmt.Errorf("%w: %s: its queue is at its limit, and evicting all the lower-priority work of the queue (%d) would not bring it under",

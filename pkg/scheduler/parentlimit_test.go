@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"testing"
 
+	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 	sc "github.com/gantry-dev/gantry/pkg/scheduler/scenario"
 )
@@ -28,6 +29,28 @@ func TestParentLimitScenarios(t *testing.T) {
 			},
 			Expect: sc.Expect{Evicted: []string{"b2-0"}, Nominated: []string{"job"}},
 			Cycles: 5,
+			Final: &sc.Final{Running: []string{"b1", "job"},
+				Pending: map[string]scheduler.PendingKind{"b2": scheduler.PendingQueueLimit}},
+		},
+		{
+			// b2 lingers two cycles: d1 stays at its limit meanwhile, and job keeps its
+			// nomination until it binds.
+			Name:   "under a parent's limit, the reclaimer waits for its victim to terminate",
+			Nodes:  []sc.Node{{Name: "n", GPUs: 4}},
+			Queues: dept,
+			Gangs: []sc.Gang{
+				{Name: "b1", Queue: "team-b", GPUs: 1, On: "n"},
+				{Name: "b2", Queue: "team-b", GPUs: 1, On: "n", StartedAgo: 60},
+				{Name: "job", Queue: "team-a", GPUs: 1},
+			},
+			Linger: map[string]int{"n": 2},
+			Expect: sc.Expect{Evicted: []string{"b2-0"}, Nominated: []string{"job"}},
+			Later: map[int]sc.Expect{
+				2: {Pending: map[string]scheduler.PendingKind{"job": scheduler.PendingWaitingForVictim}},
+				3: {Pending: map[string]scheduler.PendingKind{"job": scheduler.PendingWaitingForVictim}},
+				4: {Binds: []string{"job"}, Pending: map[string]scheduler.PendingKind{"b2": scheduler.PendingQueueLimit}},
+			},
+			Cycles: 7,
 			Final: &sc.Final{Running: []string{"b1", "job"},
 				Pending: map[string]scheduler.PendingKind{"b2": scheduler.PendingQueueLimit}},
 		},
@@ -70,6 +93,47 @@ func TestParentLimitScenarios(t *testing.T) {
 				{Name: "a2", Queue: "team-a", Priority: 100, GPUs: 1},
 			},
 			Expect: sc.Expect{Evicted: []string{"a1-0"}, Nominated: []string{"a2"}},
+		},
+		{
+			// Taking all three of team-b's gangs would leave team-b below its quota of 1:
+			// reclaim by quota takes from a queue only while it is above its quota
+			// before each victim, under a parent's limit as anywhere.
+			Name:  "under a parent's limit, a sibling is not taken below its quota",
+			Nodes: []sc.Node{{Name: "n", GPUs: 8}},
+			Queues: []sc.Queue{
+				{Name: "d1", Quota: 3, Limit: 3},
+				{Name: "team-a", Parent: "d1", Quota: 3}, {Name: "team-b", Parent: "d1", Quota: 1},
+			},
+			Gangs: []sc.Gang{
+				{Name: "b1", Queue: "team-b", GPUs: 1, On: "n"},
+				{Name: "b2", Queue: "team-b", GPUs: 1, On: "n", StartedAgo: 120},
+				{Name: "b3", Queue: "team-b", GPUs: 1, On: "n", StartedAgo: 60},
+				{Name: "job", Queue: "team-a", GPUs: 3},
+			},
+			Expect: sc.Expect{Pending: map[string]scheduler.PendingKind{"job": scheduler.PendingQueueLimit}},
+		},
+		{
+			// d1 is at its CPU limit; its GPUs are below its quota, so the reclaim rules
+			// would also let team-a take c2 from d2, above its fair share. Evicting c2
+			// does nothing for d1's limit: only team-b's work is taken.
+			Name:  "under a parent's CPU limit, work outside that parent is not taken even where reclaim would allow it",
+			Nodes: []sc.Node{{Name: "n", GPUs: 4}},
+			Queues: []sc.Queue{
+				{Name: "d1", Quota: 2, CPU: &model.QueueResource{Quota: model.Unlimited, Limit: 4000, OverQuotaWeight: 1}},
+				{Name: "team-a", Parent: "d1", Quota: 1}, {Name: "team-b", Parent: "d1", Quota: 1},
+				{Name: "d2"}, {Name: "team-c", Parent: "d2"},
+			},
+			Gangs: []sc.Gang{
+				{Name: "b1", Queue: "team-b", GPUs: 1, CPU: 2000, On: "n"},
+				{Name: "b2", Queue: "team-b", GPUs: 1, CPU: 2000, On: "n", StartedAgo: 600},
+				{Name: "c1", Queue: "team-c", GPUs: 1, On: "n"},
+				{Name: "c2", Queue: "team-c", GPUs: 1, On: "n", StartedAgo: 30},
+				{Name: "job", Queue: "team-a", GPUs: 1, CPU: 1000},
+			},
+			Expect: sc.Expect{Evicted: []string{"b2-0"}, Nominated: []string{"job"}},
+			Cycles: 5,
+			Final: &sc.Final{Running: []string{"b1", "c1", "c2", "job"},
+				Pending: map[string]scheduler.PendingKind{"b2": scheduler.PendingQueueLimit}},
 		},
 	} {
 		t.Run(s.Name, func(t *testing.T) { sc.Run(t, s) })

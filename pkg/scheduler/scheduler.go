@@ -321,11 +321,13 @@ func (c *cycle) placeGang(w *work) bool {
 	}
 	// At its limit, the gang may still take the place of lower-priority work of its
 	// own queue, and under an ancestor's limit, reclaim within that ancestor.
-	if !c.mayPreempt(w) {
+	gate := c.withinLimit(w.gang.Queue, amounts, overLimit)
+	ownLimit := gate.queue == w.gang.Queue
+	if !c.mayPreempt(w) || ownLimit && w.gang.Priority <= c.floor {
 		plan.pend(w, PendingQueueLimit, overLimit.Error())
 		return false
 	}
-	c.preempt(w, w.core, amounts, PendingQueueLimit, overLimit.Error(), c.withinLimit(w.gang.Queue, amounts, overLimit))
+	c.preempt(w, w.core, amounts, PendingQueueLimit, overLimit.Error(), gate)
 	return false
 }
 

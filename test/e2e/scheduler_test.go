@@ -94,7 +94,7 @@ func TestGangBindsWhollyOrNotAtAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The Event is recorded a moment after the condition: ask again until it is there.
-	wants := []string{"why it waits:", "Gang podgroup:" + ns + "/train", "must start together: 3", "FailedScheduling"}
+	wants := []string{"why it waits:", "charged to queue default: no queue label", "Gang podgroup:" + ns + "/train", "must start together: 3", "FailedScheduling"}
 	var out []byte
 	var missing []string
 	for deadline := time.Now().Add(20 * time.Second); ; {
