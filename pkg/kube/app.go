@@ -48,6 +48,9 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Ready is called once the informers have synced and scheduling starts.
 	Ready func()
+	// Liveness, when set, is told of every completed cycle and of the pods that
+	// wait, so that the health probe fails when the loop stalls (cmd/scheduler).
+	Liveness *Liveness
 }
 
 // Run schedules until ctx ends: informers, the cycle loop and the status reporter.
@@ -110,8 +113,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := inf.Start(ctx); err != nil {
 		return err
 	}
+	var cycled func(time.Time)
+	if o.Liveness != nil {
+		o.Liveness.started(time.Now(), inf.WaitingPods)
+		cycled = o.Liveness.cycled
+	}
 	runner := dispatch.New(c, sched, client, recorder, m, dispatch.Options{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
+		Cycled: cycled,
 	})
 	status := report.New(c, sched, dyn, m, lookup.PodGroups, runner.Pending)
 	go status.Run(ctx, 2*time.Second)
