@@ -175,3 +175,33 @@ func loadSeedBytes(f *testing.F, file string) []byte {
 	}
 	return b
 }
+
+// FuzzServeConfigV2 reads any text as a RayService's serveConfigV2, and the same text
+// appended as another application after an engine that asks for 0.6. What must hold:
+// the start-free fraction is 0 or in (0, 1] (never NaN); an application that cannot be
+// read hides no other application's engine.
+func FuzzServeConfigV2(f *testing.F) {
+	f.Add("applications:\n- name: llms\n  args:\n    llm_configs:\n    - engine_kwargs:\n        gpu_memory_utilization: 0.75\n")
+	f.Add("applications:\n- args: 5\n")
+	f.Add("applications:\n- args:\n    llm_configs:\n    - engine_kwargs: {gpu_memory_utilization: \"0.5\"}\n")
+	f.Add("applications:\n- args:\n    llm_configs:\n    - engine_kwargs: {gpu_memory_utilization: .nan}\n")
+	f.Add(":::")
+	f.Add("5") // appended: the second application of findings 10
+	f.Fuzz(func(t *testing.T, doc string) {
+		u := ServeGPUMemoryUtilization(doc)
+		if u != 0 && !(u > 0 && u <= 1) {
+			t.Fatalf("serveConfigV2 %q: start-free fraction %v", doc, u)
+		}
+		if strings.ContainsAny(doc, "\n\r\t{}[]&*!|>'\"%@`#,") {
+			return // keep the appended application a plain YAML value
+		}
+		withEngine := "applications:\n- args:\n    llm_configs:\n    - engine_kwargs: {gpu_memory_utilization: 0.6}\n- args: " + doc + "\n"
+		var any map[string]any
+		if yaml.Unmarshal([]byte(withEngine), &any) != nil {
+			return // a document that is not YAML at all is unreadable whole
+		}
+		if got := ServeGPUMemoryUtilization(withEngine); got < 0.6 {
+			t.Fatalf("an application with args %q hides the engine asking 0.6: got %v", doc, got)
+		}
+	})
+}

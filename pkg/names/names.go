@@ -152,4 +152,7 @@ const (
 	EventGangBelowMinimum = "GangBelowMinimum"
 	// EventGangIncomplete: a gang waited longer than allowed for missing members.
 	EventGangIncomplete = "GangIncomplete"
+	// EventGPUShareConflict (Warning, once per pod): the pod's GPU share and its
+	// engine's gpu_memory_utilization contradict; it is booked for the larger.
+	EventGPUShareConflict = "GPUShareConflict"
 )

@@ -207,7 +207,8 @@ func release(ctx context.Context, ns string) {
 }
 
 // cleanNamespace deletes the round's RayClusters and pods and waits until no pod of
-// the namespace is left, so the next round starts on empty GPUs.
+// the namespace is left and none of its ResourceClaims is allocated, so the next round
+// starts on empty GPUs.
 func cleanNamespace(ctx context.Context, ns string) error {
 	if dyn, err := dynamic.NewForConfig(env.Config); err == nil {
 		_ = dyn.Resource(rayClusterGVR).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
@@ -224,6 +225,9 @@ func cleanNamespace(ctx context.Context, ns string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("namespace %s not emptied: %w", ns, err)
+	}
+	if err := waitClaimsReleased(ctx, ns); err != nil {
+		return err
 	}
 	return env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 }
