@@ -90,19 +90,18 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.SchedulerNames[0]})
 
-	// The chart passes the default queue's spec (values defaultQueue.spec) in
-	// GANTRY_DEFAULT_QUEUE; without it (sandbox, tests) the built-in spec is used.
-	if q, ok, err := bootstrap.QueueFromEnv(); err != nil {
+	// The default queue (pkg/bootstrap, the one path that creates it): the chart's
+	// spec in GANTRY_DEFAULT_QUEUE, else the built-in one (sandbox, tests). Created in
+	// the background, retrying while the Queue webhook is not served yet.
+	q, err := bootstrap.QueueFromEnvOr(o.Config.DefaultQueueName())
+	if err != nil {
 		return err
-	} else if ok {
-		go func() {
-			if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil {
-				klog.ErrorS(err, "Cannot create the default queue")
-			}
-		}()
-	} else {
-		ensureDefaultQueue(ctx, dyn, o.Config.DefaultQueueName())
 	}
+	go func() {
+		if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Cannot create the default queue; pods with no queue label are charged nowhere")
+		}
+	}()
 	lookup := informers.NewObjectLookup()
 	c := cache.New(o.SchedulerNames, lookup, o.Config.DefaultQueueName())
 	c.SetTimeouts(cache.Timeouts{BelowMinimum: o.Config.GangBelowMinimumGrace.Duration, Incomplete: o.Config.IncompleteGangTimeout.Duration})
