@@ -96,7 +96,7 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 	if leaderElect {
 		ready.Store(true)
 	}
-	if err := serveMetrics(ctx, metrics, restCfg, reg); err != nil {
+	if _, err := serveMetrics(ctx, metrics, restCfg, reg); err != nil {
 		return err
 	}
 	live := kube.NewLiveness(cfg.StallTimeout.Duration)

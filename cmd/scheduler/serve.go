@@ -38,27 +38,27 @@ type metricsOptions struct {
 }
 
 // serveMetrics serves reg on /metrics until ctx ends. It returns once the listener
-// is open.
-func serveMetrics(ctx context.Context, o metricsOptions, restCfg *rest.Config, reg *prometheus.Registry) error {
+// is open, with its address (nil when disabled).
+func serveMetrics(ctx context.Context, o metricsOptions, restCfg *rest.Config, reg *prometheus.Registry) (net.Addr, error) {
 	if o.addr == "" || o.addr == "0" {
-		return nil
+		return nil, nil
 	}
 	var h http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	srv := httpserver.New(nil)
 	if o.secure && !loopback(o.addr) {
 		httpClient, err := rest.HTTPClientFor(restCfg)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		filter, err := filters.WithAuthenticationAndAuthorization(restCfg, httpClient)
 		if err != nil {
-			return fmt.Errorf("metrics authentication: %w", err)
+			return nil, fmt.Errorf("metrics authentication: %w", err)
 		}
 		if h, err = filter(klog.NewKlogr().WithName("metrics"), h); err != nil {
-			return fmt.Errorf("metrics authentication: %w", err)
+			return nil, fmt.Errorf("metrics authentication: %w", err)
 		}
 		if srv.TLSConfig, err = metricsTLS(ctx, o.certDir); err != nil {
-			return err
+			return nil, err
 		}
 		klog.InfoS("Serving metrics over HTTPS to authorized clients (get on /metrics)", "address", o.addr)
 	} else {
@@ -114,16 +114,17 @@ func serveProbes(ctx context.Context, addr string, ready *atomic.Bool, live *kub
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	return listenAndServe(ctx, httpserver.New(mux), addr, "probes")
+	_, err := listenAndServe(ctx, httpserver.New(mux), addr, "probes")
+	return err
 }
 
-func listenAndServe(ctx context.Context, srv *http.Server, addr, what string) error {
+func listenAndServe(ctx context.Context, srv *http.Server, addr, what string) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%s: listen %s: %w", what, addr, err)
+		return nil, fmt.Errorf("%s: listen %s: %w", what, addr, err)
 	}
 	httpserver.Serve(ctx, srv, ln, func(err error) { klog.ErrorS(err, "Server stopped", "server", what, "address", addr) })
-	return nil
+	return ln.Addr(), nil
 }
 
 // loopback reports whether addr (host:port) listens on a loopback address only.
