@@ -36,6 +36,7 @@ import (
 	"github.com/gantry-dev/gantry/gpu/fake"
 	"github.com/gantry-dev/gantry/pkg/agent"
 	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/httpserver"
 	"github.com/gantry-dev/gantry/pkg/names"
 )
 
@@ -189,7 +190,8 @@ func execute(o *options, stdout io.Writer) error {
 			}
 			fmt.Fprintln(w, "ok")
 		})
-		srv := &http.Server{Addr: o.metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		srv := httpserver.New(mux)
+		srv.Addr = o.metricsAddr
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				klog.ErrorS(err, "Metrics server failed", "address", o.metricsAddr)

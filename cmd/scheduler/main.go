@@ -5,10 +5,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -51,7 +48,9 @@ func main() {
 		qps            = flag.Float64("kube-api-qps", 50, "client QPS to the API server")
 		burst          = flag.Int("kube-api-burst", 100, "client burst to the API server")
 		metricsAddr    = flag.String("metrics-bind-address", ":8080", "address of /metrics; 0 disables")
-		probeAddr      = flag.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables")
+		metricsSecure  = flag.Bool("metrics-secure", true, "serve /metrics over HTTPS to clients the API server authenticates and authorizes (get on the non-resource URL /metrics); a loopback address is always plain HTTP, for a proxy in the pod")
+		metricsCertDir = flag.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for /metrics (reloaded when they change); empty: a self-signed certificate")
+		probeAddr      = flag.String("health-probe-bind-address", ":8081", "address of /healthz (process), /livez (the scheduling loop has not stalled) and /readyz (leading, synced); 0 disables")
 		configPath     = flag.String("config", "", "policy file (YAML): policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers")
 		webhookAddr    = flag.String("webhook-bind-address", "", "serve the Queue validating and pod defaulting webhooks here (TLS); empty disables")
 		webhookCertDir = flag.String("webhook-cert-dir", "/etc/gantry/webhook", "directory with tls.crt and tls.key for the webhooks")
@@ -64,13 +63,14 @@ func main() {
 	if len(schedulerNames) == 0 {
 		schedulerNames = names{"gantry-scheduler"}
 	}
-	if err := run(*kubeconfig, schedulerNames, *leaderElect, *leaseNamespace, *leaseName, float32(*qps), *burst, *metricsAddr, *probeAddr, *configPath, *webhookAddr, *webhookCertDir); err != nil {
+	metrics := metricsOptions{addr: *metricsAddr, secure: *metricsSecure, certDir: *metricsCertDir}
+	if err := run(*kubeconfig, schedulerNames, *leaderElect, *leaseNamespace, *leaseName, float32(*qps), *burst, metrics, *probeAddr, *configPath, *webhookAddr, *webhookCertDir); err != nil {
 		fmt.Fprintln(os.Stderr, "gantry-scheduler:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metricsAddr, probeAddr, configPath, webhookAddr, webhookCertDir string) error {
+func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metrics metricsOptions, probeAddr, configPath, webhookAddr, webhookCertDir string) error {
 	cfg, err := kube.LoadConfig(configPath)
 	if err != nil {
 		return err
@@ -96,8 +96,13 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 	if leaderElect {
 		ready.Store(true)
 	}
-	serve(metricsAddr, "/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	serveProbes(probeAddr, &ready)
+	if _, err := serveMetrics(ctx, metrics, restCfg, reg); err != nil {
+		return err
+	}
+	live := kube.NewLiveness(cfg.StallTimeout.Duration)
+	if err := serveProbes(ctx, probeAddr, &ready, live); err != nil {
+		return err
+	}
 
 	// Webhooks are served by every replica, leader or not: the API server may call
 	// any of them.
@@ -126,7 +131,7 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 		ready.Store(false)
 		err := kube.Run(ctx, kube.Options{
 			RestConfig: restCfg, SchedulerNames: schedulerNames, Config: cfg, Registry: reg,
-			Ready: func() { ready.Store(true) },
+			Ready: func() { ready.Store(true) }, Liveness: live,
 		})
 		if err != nil {
 			klog.ErrorS(err, "Scheduler stopped")
@@ -159,37 +164,4 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 		},
 	})
 	return nil
-}
-
-func serve(addr, path string, h http.Handler) {
-	if addr == "" || addr == "0" {
-		return
-	}
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	go func() {
-		if err := http.ListenAndServe(addr, mux); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Serve", "address", addr)
-		}
-	}()
-}
-
-func serveProbes(addr string, ready *atomic.Bool) {
-	if addr == "" || addr == "0" {
-		return
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "leading, informers not synced yet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	go func() {
-		if err := http.ListenAndServe(addr, mux); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Serve probes", "address", addr)
-		}
-	}()
 }

@@ -5,7 +5,10 @@
 // ("ensure CRDs are installed first"). Volcano and KAI Scheduler create their default
 // queues from their own components for the same reason.
 //
-// The scheduler calls EnsureQueue once at start, on every replica. It creates the Queue
+// This is the one code path that creates the default queue. The scheduler calls
+// EnsureQueue once at start, on every replica, with the chart's queue
+// (EnvDefaultQueue) or, without the chart (sandbox, tests, a plain binary),
+// DefaultQueue(name). It creates the Queue
 // when it is missing and never changes an existing one: after the install the queue is
 // the cluster admin's (or their GitOps repository's) to edit. The create goes through
 // the Queue webhook like any other; while no replica serves it yet, EnsureQueue retries.
@@ -35,6 +38,30 @@ type Queue struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels,omitempty"`
 	Spec   map[string]any    `json:"spec"`
+}
+
+// DefaultQueue is the queue created when the chart names none: a top-level queue with
+// unlimited quota and no limit, as KAI Scheduler's default queue, so that an
+// unlabelled pod, preemptible or not, is held back neither by a missing queue nor by
+// a quota of 0 (non-preemptible work may not borrow).
+func DefaultQueue(name string) Queue {
+	return Queue{Name: name, Spec: map[string]any{
+		"displayName": "Default",
+		"resources":   map[string]any{"gpu": map[string]any{"quota": int64(-1), "limit": int64(-1)}},
+	}}
+}
+
+// QueueFromEnvOr reads EnvDefaultQueue, or returns DefaultQueue(name) when it is
+// unset. A set but unreadable value is an error.
+func QueueFromEnvOr(name string) (Queue, error) {
+	q, ok, err := QueueFromEnv()
+	if err != nil {
+		return Queue{}, err
+	}
+	if !ok {
+		q = DefaultQueue(name)
+	}
+	return q, nil
 }
 
 // QueueFromEnv reads EnvDefaultQueue; ok is false when it is unset (no default queue

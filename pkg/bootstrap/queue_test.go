@@ -116,3 +116,34 @@ func TestQueueFromEnv(t *testing.T) {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// Without the chart's queue the built-in one is created: unlimited quota and no limit,
+// so that unlabelled non-preemptible pods are not held back (they may not borrow).
+func TestBuiltInDefaultQueue(t *testing.T) {
+	t.Setenv(EnvDefaultQueue, "")
+	q, err := QueueFromEnvOr("fallback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := newClient()
+	if err := EnsureQueue(context.Background(), client, q, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.Resource(gvr.Queue).Get(context.Background(), "fallback", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the built-in default queue was not created: %v", err)
+	}
+	quota, _, _ := unstructured.NestedInt64(got.Object, "spec", "resources", "gpu", "quota")
+	limit, _, _ := unstructured.NestedInt64(got.Object, "spec", "resources", "gpu", "limit")
+	if quota != -1 || limit != -1 {
+		t.Errorf("built-in default queue gpu quota %d limit %d, want -1 and -1", quota, limit)
+	}
+	t.Setenv(EnvDefaultQueue, `{"name":"chart","spec":{}}`)
+	if q, err := QueueFromEnvOr("fallback"); err != nil || q.Name != "chart" {
+		t.Errorf("with the chart's queue set: %+v %v, want the chart's", q, err)
+	}
+	t.Setenv(EnvDefaultQueue, `{`)
+	if _, err := QueueFromEnvOr("fallback"); err == nil {
+		t.Error("an unreadable chart queue was taken")
+	}
+}

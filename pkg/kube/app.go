@@ -48,6 +48,9 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Ready is called once the informers have synced and scheduling starts.
 	Ready func()
+	// Liveness, when set, is told of every completed cycle and of the pods that
+	// wait, so that the health probe fails when the loop stalls (cmd/scheduler).
+	Liveness *Liveness
 }
 
 // Run schedules until ctx ends: informers, the cycle loop and the status reporter.
@@ -87,19 +90,18 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.SchedulerNames[0]})
 
-	// The chart passes the default queue's spec (values defaultQueue.spec) in
-	// GANTRY_DEFAULT_QUEUE; without it (sandbox, tests) the built-in spec is used.
-	if q, ok, err := bootstrap.QueueFromEnv(); err != nil {
+	// The default queue (pkg/bootstrap, the one path that creates it): the chart's
+	// spec in GANTRY_DEFAULT_QUEUE, else the built-in one (sandbox, tests). Created in
+	// the background, retrying while the Queue webhook is not served yet.
+	q, err := bootstrap.QueueFromEnvOr(o.Config.DefaultQueueName())
+	if err != nil {
 		return err
-	} else if ok {
-		go func() {
-			if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil {
-				klog.ErrorS(err, "Cannot create the default queue")
-			}
-		}()
-	} else {
-		ensureDefaultQueue(ctx, dyn, o.Config.DefaultQueueName())
 	}
+	go func() {
+		if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Cannot create the default queue; pods with no queue label are charged nowhere")
+		}
+	}()
 	lookup := informers.NewObjectLookup()
 	c := cache.New(o.SchedulerNames, lookup, o.Config.DefaultQueueName())
 	c.SetTimeouts(cache.Timeouts{BelowMinimum: o.Config.GangBelowMinimumGrace.Duration, Incomplete: o.Config.IncompleteGangTimeout.Duration})
@@ -110,8 +112,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := inf.Start(ctx); err != nil {
 		return err
 	}
+	var cycled func(time.Time)
+	if o.Liveness != nil {
+		o.Liveness.started(time.Now(), inf.WaitingPods)
+		cycled = o.Liveness.cycled
+	}
 	runner := dispatch.New(c, sched, client, recorder, m, dispatch.Options{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
+		Cycled: cycled,
 	})
 	status := report.New(c, sched, dyn, m, lookup.PodGroups, runner.Pending)
 	go status.Run(ctx, 2*time.Second)

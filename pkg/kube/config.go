@@ -43,6 +43,10 @@ type Config struct {
 	// IncompleteGangTimeout is how long a gang may wait for members that do not
 	// exist before its pods get a GangIncomplete condition and Event (default 10m).
 	IncompleteGangTimeout Duration `json:"incompleteGangTimeout,omitempty"`
+	// StallTimeout is how long the scheduling loop may go without completing a
+	// cycle while pods wait before /healthz fails and the kubelet restarts the
+	// scheduler (default 3m).
+	StallTimeout Duration `json:"stallTimeout,omitempty"`
 }
 
 // DefaultQueueName is DefaultQueue with its default.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 func podRequest(t *testing.T, containers ...corev1.Container) *admissionv1.AdmissionRequest {
@@ -124,8 +125,8 @@ func annotatedPodRequest(t *testing.T, annotations map[string]string, gpus strin
 // lets through every spelling the scheduler accepts.
 func TestPodWebhookRefusesBadGPUAnnotations(t *testing.T) {
 	const (
-		mem  = "gantry.dev/gpu-memory"
-		frac = "gantry.dev/gpu-fraction"
+		mem  = names.AnnotationGPUMemory
+		frac = names.AnnotationGPUFraction
 	)
 	tests := []struct {
 		name        string
@@ -150,14 +151,14 @@ func TestPodWebhookRefusesBadGPUAnnotations(t *testing.T) {
 		{"memory infinite", map[string]string{mem: "Inf"}, "", "not a positive amount"},
 		{"memory overflows bytes", map[string]string{mem: "1e300"}, "", "not a positive amount"},
 		{"both set", map[string]string{mem: "20Gi", frac: "0.5"}, "", "keep one"},
-		{"booking with an unreadable entry", map[string]string{"gantry.dev/gpus": "0,x"}, "1", "INDEX:BYTES"},
-		{"booking as the scheduler writes it", map[string]string{"gantry.dev/gpus": "0,3:21474836480"}, "1", ""},
+		{"booking with an unreadable entry", map[string]string{names.AnnotationGPUs: "0,x"}, "1", "INDEX:BYTES"},
+		{"booking as the scheduler writes it", map[string]string{names.AnnotationGPUs: "0,3:21474836480"}, "1", ""},
 		{"memory in MiB (KAI's unit)", map[string]string{mem: "2000"}, "", ""},
 		{"memory with a unit", map[string]string{mem: "20Gi"}, "", ""},
 		{"memory with spaces", map[string]string{mem: " 20Gi "}, "", ""},
 		{"fraction half of two GPUs", map[string]string{frac: "0.5"}, "2", ""},
 		{"fraction one", map[string]string{frac: "1"}, "", ""},
-		{"no GPU annotation", map[string]string{"gantry.dev/gpu-model": "A100"}, "1", ""},
+		{"no GPU annotation", map[string]string{names.AnnotationGPUModel: "A100"}, "1", ""},
 		{"no annotations", nil, "", ""},
 	}
 	for _, tt := range tests {
@@ -185,7 +186,7 @@ func TestPodWebhookRefusesBadGPUAnnotations(t *testing.T) {
 // Admission and scheduling read the annotations with one function: every value the
 // webhook refuses, the scheduler's demand reader refuses too, and the other way round.
 func TestPodWebhookAgreesWithScheduler(t *testing.T) {
-	for _, key := range []string{"gantry.dev/gpu-memory", "gantry.dev/gpu-fraction"} {
+	for _, key := range []string{names.AnnotationGPUMemory, names.AnnotationGPUFraction} {
 		for _, v := range []string{"NaN", "-1", "0", "0.001", "0.5", "1", "2", "2000", "20Gi", "20GB", "1e-9", "1e30", "", " 1 ", "0x10", "Inf"} {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{key: v}}}
 			_, schedErr := cache.AnnotatedDemand(pod)

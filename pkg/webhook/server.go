@@ -2,11 +2,9 @@ package webhook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,6 +13,7 @@ import (
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/certs"
+	"github.com/gantry-dev/gantry/pkg/httpserver"
 	"github.com/gantry-dev/gantry/pkg/names/gvr"
 )
 
@@ -54,19 +53,8 @@ func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) err
 	if err != nil {
 		return fmt.Errorf("webhook listen %s: %w", addr, err)
 	}
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         tlsConfig,
-	}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	go func() {
-		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Webhook server stopped")
-		}
-	}()
+	srv := httpserver.New(mux)
+	srv.TLSConfig = tlsConfig
+	httpserver.Serve(ctx, srv, ln, func(err error) { klog.ErrorS(err, "Webhook server stopped") })
 	return nil
 }

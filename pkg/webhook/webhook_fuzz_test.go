@@ -16,6 +16,7 @@ import (
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // serve posts body to handler and returns the HTTP status and the decoded review.
@@ -59,7 +60,7 @@ func FuzzPodDefaulter(f *testing.F) {
 		var unreadable error
 		if sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &sent) == nil {
 			if _, unreadable = cache.AnnotatedDemand(&sent); unreadable == nil {
-				_, unreadable = cache.ParseGPUs(sent.Annotations["gantry.dev/gpus"])
+				_, unreadable = cache.ParseGPUs(sent.Annotations[names.AnnotationGPUs])
 			}
 		}
 		switch {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,16 +37,16 @@ func TestAdmissionRefusesBadGPUAnnotations(t *testing.T) {
 	for i, tc := range []struct {
 		key, value, refusal string // refusal "": admitted
 	}{
-		{"gantry.dev/gpu-fraction", "NaN", "use a number above 0 and at most 1"},
-		{"gantry.dev/gpu-fraction", "-0.25", "use a number above 0 and at most 1"},
-		{"gantry.dev/gpu-fraction", "1.5", "use a number above 0 and at most 1"},
-		{"gantry.dev/gpu-memory", "20GB", "a quantity with a unit (20Gi)"},
-		{"gantry.dev/gpu-memory", "-2000", "not a positive amount of memory"},
-		{"gantry.dev/gpu-memory", "Inf", "not a positive amount of memory"},
-		{"gantry.dev/gpus", "0,x", "gantry.dev/gpus"},
-		{"gantry.dev/gpu-memory", "2000", ""},
-		{"gantry.dev/gpu-memory", "20Gi", ""},
-		{"gantry.dev/gpu-fraction", "0.25", ""},
+		{names.AnnotationGPUFraction, "NaN", "use a number above 0 and at most 1"},
+		{names.AnnotationGPUFraction, "-0.25", "use a number above 0 and at most 1"},
+		{names.AnnotationGPUFraction, "1.5", "use a number above 0 and at most 1"},
+		{names.AnnotationGPUMemory, "20GB", "a quantity with a unit (20Gi)"},
+		{names.AnnotationGPUMemory, "-2000", "not a positive amount of memory"},
+		{names.AnnotationGPUMemory, "Inf", "not a positive amount of memory"},
+		{names.AnnotationGPUs, "0,x", names.AnnotationGPUs},
+		{names.AnnotationGPUMemory, "2000", ""},
+		{names.AnnotationGPUMemory, "20Gi", ""},
+		{names.AnnotationGPUFraction, "0.25", ""},
 	} {
 		name := fmt.Sprintf("%s=%q", tc.key, tc.value)
 		err := createRefusedOrAdmitted(ctx, pod(i, tc.key, tc.value), tc.refusal != "")

@@ -66,7 +66,7 @@ func TestChartDefaults(t *testing.T) {
 	}
 	sort.Strings(have)
 	want := []string{
-		"ClusterRole/gantry-node-agent", "ClusterRole/gantry-scheduler",
+		"ClusterRole/gantry-node-agent", "ClusterRole/gantry-scheduler", "ClusterRole/gantry-scheduler-metrics-reader",
 		"ClusterRoleBinding/gantry-node-agent", "ClusterRoleBinding/gantry-scheduler",
 		"ConfigMap/gantry-dashboard-gpus", "ConfigMap/gantry-dashboard-queues", "ConfigMap/gantry-dashboard-scheduler",
 		"ConfigMap/gantry-scheduler",
@@ -101,7 +101,7 @@ func TestChartDefaults(t *testing.T) {
 		for _, arg := range []string{
 			"--scheduler-name=gantry-scheduler",
 			"--leader-elect=true", "--leader-elect-namespace=" + releaseNamespace, "--leader-elect-name=gantry-scheduler",
-			"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--config=/etc/gantry/config/config.yaml",
+			"--metrics-bind-address=:8080", "--metrics-secure=true", "--health-probe-bind-address=:8081", "--config=/etc/gantry/config/config.yaml",
 			"--webhook-bind-address=:9443", "--webhook-cert-dir=/etc/gantry/webhook",
 		} {
 			if !slices.Contains(c.Args, arg) {
@@ -113,6 +113,8 @@ func TestChartDefaults(t *testing.T) {
 		}
 		if c.LivenessProbe == nil || c.ReadinessProbe == nil {
 			t.Error("scheduler has no liveness or readiness probe")
+		} else if c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/livez" {
+			t.Errorf("scheduler liveness probe %+v: want /livez, which fails when the scheduling loop stalls", c.LivenessProbe)
 		}
 		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 			t.Errorf("scheduler resources %v: want CPU and memory requests and a memory limit", c.Resources)
@@ -467,6 +469,11 @@ func TestChartValues(t *testing.T) {
 				}
 			}
 		}
+		eps, _, _ := unstructured.NestedSlice(find(t, objs, "ServiceMonitor", "gantry-scheduler").Object, "spec", "endpoints")
+		if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "https" || eps[0].(map[string]any)["bearerTokenFile"] == nil {
+			t.Errorf("scheduler ServiceMonitor endpoints %v: want https with Prometheus' token (metrics are authenticated)", eps)
+		}
+		find(t, objs, "ClusterRole", "gantry-scheduler-metrics-reader")
 		if objs := render(t); slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceMonitor" }) {
 			t.Error("ServiceMonitors rendered by default; they need the Prometheus Operator's CRDs")
 		}

@@ -92,6 +92,10 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	for _, v := range []string{"get", "create", "update"} {
 		ps = append(ps, permission{serviceAccount: s, verb: v, group: "coordination.k8s.io", resource: "leases", namespace: releaseNamespace, allowed: true})
 	}
+	// /metrics authenticates and authorizes its callers through the API server
+	// (scheduler.metricsSecure, the default).
+	grant(s, []string{"create"}, "authentication.k8s.io", "tokenreviews", "")
+	grant(s, []string{"create"}, "authorization.k8s.io", "subjectaccessreviews", "")
 	// pkg/bootstrap creates the default Queue; pkg/certs keeps the webhook Secret and
 	// the caBundle of the chart's own webhook configurations, and no others.
 	grant(s, []string{"create"}, "scheduling.gantry.dev", "queues", "")

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gantry-dev/gantry/pkg/certs"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/pkg/webhook"
 )
 
@@ -208,10 +209,10 @@ func TestChartWebhooks(t *testing.T) {
 			want bool
 			ann  map[string]string
 		}{
-			{"a gantry.dev/gpu-fraction to check", corev1.ResourceRequirements{}, false, true, map[string]string{"gantry.dev/gpu-fraction": "NaN"}},
-			{"a gantry.dev/gpu-memory to check", corev1.ResourceRequirements{Limits: corev1.ResourceList{gpu: one}}, false, true, map[string]string{"gantry.dev/gpu-memory": "2000"}},
-			{"a gantry.dev/gpus booking to check", corev1.ResourceRequirements{}, false, true, map[string]string{"gantry.dev/gpus": "0,x"}},
-			{"other annotations only", corev1.ResourceRequirements{}, false, false, map[string]string{"gantry.dev/gpu-model": "A100"}},
+			{"a gantry.dev/gpu-fraction to check", corev1.ResourceRequirements{}, false, true, map[string]string{names.AnnotationGPUFraction: "NaN"}},
+			{"a gantry.dev/gpu-memory to check", corev1.ResourceRequirements{Limits: corev1.ResourceList{gpu: one}}, false, true, map[string]string{names.AnnotationGPUMemory: "2000"}},
+			{"a gantry.dev/gpus booking to check", corev1.ResourceRequirements{}, false, true, map[string]string{names.AnnotationGPUs: "0,x"}},
+			{"other annotations only", corev1.ResourceRequirements{}, false, false, map[string]string{names.AnnotationGPUModel: "A100"}},
 			{"GPU requested, not limited (the KAI walkthrough's worker)", corev1.ResourceRequirements{Requests: corev1.ResourceList{gpu: one, corev1.ResourceCPU: one}}, false, true, nil},
 			{"GPU requested and limited", corev1.ResourceRequirements{Requests: corev1.ResourceList{gpu: one}, Limits: corev1.ResourceList{gpu: one}}, false, false, nil},
 			{"GPU only limited", corev1.ResourceRequirements{Limits: corev1.ResourceList{gpu: one}}, false, false, nil},

@@ -43,6 +43,8 @@ type Options struct {
 	// binds failed; Pause is the first pause of all cycles when the API server is
 	// unreachable (doubling to MaxBindBackoff).
 	BindBackoff, MaxBindBackoff, Pause time.Duration
+	// Cycled, when set, is told when each cycle has been committed (liveness).
+	Cycled func(time.Time)
 }
 
 func (o *Options) defaults() {
@@ -178,6 +180,9 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 	d := r.cache.Commit(prep.Plan, start)
 	r.metrics.ObserveCycle(time.Since(start))
+	if r.opts.Cycled != nil {
+		r.opts.Cycled(time.Now())
+	}
 	r.publishMix()
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).

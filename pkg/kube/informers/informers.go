@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -52,6 +53,8 @@ type Informers struct {
 	Rediscover time.Duration
 	// late are the custom resources not served at start, watched once they are.
 	late []lateWatch
+	// waiting counts the pods of this scheduler without a node, for liveness.
+	waiting *waiting
 }
 
 // DefaultRediscover is how often the API server is asked whether a custom resource
@@ -68,6 +71,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 		client:     client,
 		Lookup:     lookup,
 		Rediscover: DefaultRediscover,
+		waiting:    &waiting{serves: c.Serves, pods: map[types.UID]struct{}{}},
 	}
 	pods := inf.core.Core().V1().Pods().Informer()
 	if err := pods.SetTransform(slimPod); err != nil {
@@ -87,6 +91,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 	}
 	errs := []error{
 		add(on(pods, c.UpsertPod, func(p *corev1.Pod) { c.DeletePod(p.Namespace, p.Name) })),
+		add(on(pods, inf.waiting.upsert, inf.waiting.remove)),
 		add(on(nodes, c.UpsertNode, func(n *corev1.Node) { c.DeleteNode(n.Name) })),
 		add(on(inf.core.Scheduling().V1().PriorityClasses().Informer(),
 			func(pc *schedv1.PriorityClass) { upsertPriorityClass(c, pc) },
