@@ -254,6 +254,10 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 		if err != nil {
 			return err
 		}
+		// Not the round's context: a round that ran out of time must still leave
+		// KubeRay running, or every later Ray round fails on a dead operator.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
 		if err := testenv.InstallCRDs(ctx, env.Config, filepath.Join(bin, "kuberay-crds")); err != nil {
 			return err
 		}
