@@ -273,7 +273,22 @@ func (c *cycle) placeGang(w *work) bool {
 		overLimit = shares.WouldExceedLimit(w.gang.Queue, amounts)
 	}
 	if overLimit == nil {
-		placements, unsched := s.Placer.PlaceGang(view, w.core)
+		// A nominated gang goes where it was nominated, or waits there for its victims;
+		// only then anywhere (see placeNominated).
+		pinned := pinnedToNominated(w.core)
+		var placements []placement.Placement
+		var unsched *placement.Unschedulable
+		if pinned != nil {
+			placements, unsched = s.Placer.PlaceGang(view, pinned)
+		} else {
+			placements, unsched = s.Placer.PlaceGang(view, w.core)
+		}
+		if unsched != nil && c.reserveNominated(w, amounts) {
+			return false
+		}
+		if unsched != nil && pinned != nil {
+			placements, unsched = s.Placer.PlaceGang(view, w.core)
+		}
 		if unsched == nil && c.onRoomStillHeld(w, placements, amounts, false) {
 			return false
 		}
@@ -281,9 +296,6 @@ func (c *cycle) placeGang(w *work) bool {
 			plan.Binds = append(plan.Binds, GangBind{Gang: w.gang.ID, Placements: placements})
 			c.allocate(w.gang, amounts)
 			return true
-		}
-		if c.reserveNominated(w, amounts) {
-			return false
 		}
 		if !c.mayPreempt(w) {
 			plan.pend(w, PendingNoFit, unsched.Message)
