@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
@@ -54,10 +55,22 @@ func (c *cycle) mayPreempt(w *work) bool {
 	return gpu.Allocated < gpu.FairShare || belowQuota
 }
 
-// withinLimit says whether the queue takes amounts within its limits once the
-// victims are gone.
-func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts) func([]*model.Pod) bool {
-	return func(victims []*model.Pod) bool {
+// limitGate is a queue limit a preemptor must get under: within says whether the
+// queue takes the preemptor's amounts within its limits once the victims are gone;
+// queue is the queue whose limit blocks (the preemptor's own, or an ancestor).
+type limitGate struct {
+	within func([]*model.Pod) bool
+	queue  string
+}
+
+// withinLimit is the gate of the limit overLimit reports.
+func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts, overLimit error) *limitGate {
+	gate := &limitGate{queue: queue}
+	var le *fairshare.LimitError
+	if errors.As(overLimit, &le) {
+		gate.queue = le.Queue
+	}
+	gate.within = func(victims []*model.Pod) bool {
 		for _, v := range victims {
 			c.shares.Release(c.snap.QueueOf(v.Queue), boundAmounts(c.snap, v))
 		}
@@ -67,6 +80,7 @@ func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts) func([]*mod
 		}
 		return err == nil
 	}
+	return gate
 }
 
 // reserveNominated keeps for a nominated gang what its victims, still terminating,
@@ -100,18 +114,18 @@ func (c *cycle) keepRoom(w *work) {
 		c.bookOnceGone(w, leaving, amounts)
 		return
 	}
-	if _, unsched := c.placeNominated(c.view, w.core); unsched == nil {
+	if _, unsched := c.placePinned(c.view, w.core); unsched == nil {
 		c.allocate(w.gang, amounts) // placed and booked in the view
 	}
 }
 
-// placeNominated places pods on v as Placer.PlaceGang does (booking them there), each
+// placePinned places pods on v as Placer.PlaceGang does (booking them there), each
 // pod with a nominated node on that node first: a preemptor keeps the room its own
 // victims free rather than take room promised to another preemptor, which would then
 // find none left once its victims are gone and evict again (a live burst of 32
 // shared services evicted a ninth gang for 8 gangs' worth of GPUs, and waited two
 // grace periods, issue 19). When the gang does not fit so, it goes anywhere.
-func (c *cycle) placeNominated(v *placement.View, pods []*model.Pod) ([]placement.Placement, *placement.Unschedulable) {
+func (c *cycle) placePinned(v *placement.View, pods []*model.Pod) ([]placement.Placement, *placement.Unschedulable) {
 	if pinned := pinnedToNominated(pods); pinned != nil {
 		if placements, unsched := c.s.Placer.PlaceGang(v, pinned); unsched == nil {
 			return placements, nil
@@ -145,7 +159,7 @@ func (c *cycle) bookOnceGone(w *work, leaving []*model.Pod, amounts fairshare.Am
 			fork.Release(p)
 		}
 	}
-	placements, unsched := c.placeNominated(fork, w.core)
+	placements, unsched := c.placePinned(fork, w.core)
 	if unsched != nil {
 		return false
 	}
@@ -171,7 +185,7 @@ func (c *cycle) bookOnceGone(w *work, leaving []*model.Pod, amounts fairshare.Am
 // preempt searches victims for pods of w (its core, or one elastic member) and
 // records the evictions and the nomination; when there are none, w is left pending
 // with kind and why. It reports whether it nominated.
-func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, kind PendingKind, why string, withinLimit func([]*model.Pod) bool) bool {
+func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, kind PendingKind, why string, limit *limitGate) bool {
 	s, snap, view, shares, plan := c.s, c.snap, c.view, c.shares, c.plan
 	elastic := len(w.core) == 0 || pods[0].Elastic
 	if c.searches >= maxPreemptionSearches {
@@ -181,11 +195,15 @@ func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, k
 		return false
 	}
 	c.searches++
-	res, err := preempt.Find(preempt.Request{
+	req := preempt.Request{
 		Gang: w.gang, Pods: pods, Snapshot: snap, View: view, Placer: s.Placer, Shares: shares,
 		Now: snap.Now, MinRuntimeSeconds: s.Config.MinRuntimeSeconds,
-		ReclaimOnly: elastic, WithinLimit: withinLimit, Released: c.released,
-	})
+		ReclaimOnly: elastic, Released: c.released,
+	}
+	if limit != nil {
+		req.WithinLimit, req.LimitQueue = limit.within, limit.queue
+	}
+	res, err := preempt.Find(req)
 	if err == nil && len(res.Victims) == 0 {
 		err = fmt.Errorf("the search placed the gang without victims, which this cycle could not")
 	}

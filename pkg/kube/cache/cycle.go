@@ -133,7 +133,9 @@ type Decisions struct {
 	Batches     []Batch
 	Evictions   []Victim
 	Nominations []scheduler.GangBind
-	Pending     []PendingGang
+	// Withdrawn are nominations the cycle ended: clear the pods' nominated node.
+	Withdrawn []scheduler.Withdrawal
+	Pending   []PendingGang
 	// Gone are gangs that were pending before and no longer exist.
 	Gone []model.GangID
 	// Incomplete are gangs that have waited too long for members that do not exist,
@@ -159,7 +161,7 @@ type ShareConflict struct {
 func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := &Decisions{Nominations: plan.Nominations}
+	d := &Decisions{Nominations: plan.Nominations, Withdrawn: plan.Withdrawn}
 	for _, pd := range plan.Pending {
 		c.cycle.failed[pd.Gang] = failure{versions: c.versions(pd.Gang), at: now}
 	}
@@ -179,6 +181,11 @@ func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
 			d.Evictions = append(d.Evictions, Victim{Eviction: ev, Pod: p, GPUMemory: c.heldGPUMemory(p)})
 			c.markTerminating(ev.Pod)
 			c.cycle.victims[ev.Pod] = ev.Preemptor
+		}
+	}
+	for _, wd := range plan.Withdrawn {
+		for _, id := range wd.Pods {
+			c.nominate(id, "")
 		}
 	}
 	for _, nom := range plan.Nominations {
@@ -266,8 +273,8 @@ func (c *Cache) assume(id model.PodID, pl placement.Placement, now int64) {
 	c.refreshPending(p.Gang)
 }
 
-// nominate records a preemptor's nominated node on its pod in the snapshot.
-// Caller holds mu.
+// nominate records a preemptor's nominated node on its pod in the snapshot ("" clears
+// it, kept so until the informer shows it cleared). Caller holds mu.
 func (c *Cache) nominate(id model.PodID, node string) {
 	p := c.snap.Pods[id]
 	if p == nil || p.Bound() {

@@ -165,6 +165,12 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		go r.bindBatch(ctx, b)
 	}
 	r.evict(ctx, d.Evictions, prep.Plan.Preemptions)
+	for _, wd := range d.Withdrawn {
+		klog.V(2).InfoS("Nomination withdrawn", "gang", wd.Gang, "reason", wd.Reason)
+		for _, id := range wd.Pods {
+			r.withdrawNomination(ctx, id)
+		}
+	}
 	for _, nom := range d.Nominations {
 		for _, pl := range nom.Placements {
 			r.nominate(ctx, pl)
@@ -220,6 +226,19 @@ func (r *Runner) nominate(ctx context.Context, pl placement.Placement) {
 	go func() {
 		if err := patchNominatedNode(ctx, r.client, ns, name, pl.Node); err != nil {
 			klog.V(2).InfoS("Nominate", "pod", pl.Pod, "node", pl.Node, "err", err)
+		}
+	}()
+}
+
+// withdrawNomination clears a pod's status.nominatedNodeName.
+func (r *Runner) withdrawNomination(ctx context.Context, id model.PodID) {
+	r.mu.Lock()
+	delete(r.nominated, id)
+	r.mu.Unlock()
+	ns, name := splitID(id)
+	go func() {
+		if err := patchNominatedNode(ctx, r.client, ns, name, ""); err != nil {
+			klog.V(2).InfoS("Withdraw nomination", "pod", id, "err", err)
 		}
 	}()
 }
