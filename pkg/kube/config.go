@@ -26,7 +26,7 @@ type Config struct {
 	// MinRuntime protects a gang from preemption for this long after it starts
 	// (default 0: no protection).
 	MinRuntime Duration `json:"minRuntime,omitempty"`
-	// EvictionQPS and EvictionBurst bound evictions (default 10 and 20).
+	// EvictionQPS and EvictionBurst bound evictions (default 10 and 100).
 	EvictionQPS   float32 `json:"evictionQPS,omitempty"`
 	EvictionBurst int     `json:"evictionBurst,omitempty"`
 	// BindWorkers is how many bindings are in flight at once (default 64).

@@ -312,6 +312,24 @@ type Pod struct {
 // Bound reports whether the pod is on a node.
 func (p *Pod) Bound() bool { return p.Node != "" }
 
+// PinnedTo returns a copy of p that may only go to the named node: its required node
+// affinity gains metadata.name In [node] in every term (one term when it had none).
+// The scheduler places a preemptor so on its nominated node first.
+func (p *Pod) PinnedTo(node string) *Pod {
+	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
+	affinity := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	if p.RequiredAffinity != nil && len(p.RequiredAffinity.NodeSelectorTerms) > 0 {
+		affinity = p.RequiredAffinity.DeepCopy()
+	}
+	for t := range affinity.NodeSelectorTerms {
+		term := &affinity.NodeSelectorTerms[t]
+		term.MatchFields = append(term.MatchFields, req)
+	}
+	q := *p
+	q.RequiredAffinity = affinity
+	return &q
+}
+
 // CanonicalGPUModel is the one spelling of a GPU model that every source is turned
 // into before comparison: NVML's product name with spaces as dashes, which is also
 // how GPU Feature Discovery writes its nvidia.com/gpu.product label ("NVIDIA A10G"

@@ -79,3 +79,160 @@ func TestSkippedPreemptorKeepsItsRoom(t *testing.T) {
 		t.Errorf("%d training gangs evicted for %d one-GPU services, want 2 (8 GPUs): %v", len(evicted), burst, evicted)
 	}
 }
+
+// TestBurstArrivingOverCycles is the live burst as the cache drives the core: 8 nodes
+// × 8 GPUs full of 16 rigid 4-GPU training gangs, and 32 services arriving 3 per
+// cycle (KubeRay creates them one by one), victims lingering 3 cycles, gangs left
+// pending skipped while nothing was freed. Every service must bind; the gangs evicted
+// must be the floor (a GPU per service, 4 per gang); no preemptor may evict after it
+// was nominated in an earlier cycle (it would wait a second grace period); and no
+// gang's GPUs may go unused. Before, a preemptor re-placed in a later cycle took
+// room promised to another, which evicted again.
+func TestBurstArrivingOverCycles(t *testing.T) {
+	for _, serve := range []sc.Gang{{GPUs: 1}, {Share: 20 * sc.GiB, StartFree: 0.75}} {
+		name := "whole"
+		if serve.Share > 0 {
+			name = "20Gi at 0.75"
+		}
+		t.Run(name, func(t *testing.T) { burstOverCycles(t, serve, 32, 3) })
+	}
+}
+
+func burstOverCycles(t *testing.T, serve sc.Gang, burst, perCycle int) {
+	s := sc.Scenario{Queues: []sc.Queue{{Name: "team", Quota: -1}}, Linger: map[string]int{}}
+	for n := 0; n < 8; n++ {
+		node := fmt.Sprintf("n%d", n)
+		s.Nodes = append(s.Nodes, sc.Node{Name: node, GPUs: 8})
+		s.Linger[node] = 3
+		for k := 0; k < 2; k++ {
+			s.Gangs = append(s.Gangs, sc.Gang{Name: fmt.Sprintf("train-%d", 2*n+k), Queue: "team", Priority: 50,
+				Pods: 4, GPUs: 1, On: node, StartedAgo: int64(3600 + 60*(2*n+k))})
+		}
+	}
+	serveName := func(i int) string { return fmt.Sprintf("serve-%02d", i) }
+	for i := 0; i < burst; i++ {
+		g := serve
+		g.Name, g.Queue, g.Priority, g.NonPreemptible = serveName(i), "team", 125, true
+		s.Gangs = append(s.Gangs, g)
+	}
+	snap, err := sc.Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduler.New("", scheduler.Config{Preemption: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pendingBefore := map[model.GangID]bool{}
+	nominatedIn := map[model.GangID]int{}
+	evictedGPUs := map[model.GangID][]string{}
+	leaving := map[model.PodID]int{}
+	cycle, freed := 1, false
+	for ; cycle <= 60; cycle++ {
+		arrived := min(burst, perCycle*cycle)
+		skip := func(g model.GangID) bool {
+			var i int
+			if _, err := fmt.Sscanf(string(g), "serve-%d", &i); err == nil && i >= arrived {
+				return true // not created yet
+			}
+			return pendingBefore[g] && !freed
+		}
+		snap.Now = sc.Now + int64(cycle-1)
+		plan := sched.ScheduleSkipping(snap, skip)
+		for _, e := range plan.Evictions {
+			if first, ok := nominatedIn[e.Preemptor]; ok && first < cycle {
+				t.Errorf("cycle %d: %s evicts %s after it was nominated in cycle %d", cycle, e.Preemptor, e.Pod, first)
+			}
+			p := snap.Pods[e.Pod]
+			for _, b := range p.GPUs {
+				evictedGPUs[e.Gang] = append(evictedGPUs[e.Gang], fmt.Sprintf("%s/%d", p.Node, b.Index))
+			}
+		}
+		for _, n := range plan.Nominations {
+			if _, ok := nominatedIn[n.Gang]; !ok {
+				nominatedIn[n.Gang] = cycle
+			}
+		}
+		pendingBefore = map[model.GangID]bool{}
+		for _, p := range plan.Pending {
+			pendingBefore[p.Gang] = true
+		}
+		before := len(leaving)
+		leaving = sc.ApplyLingering(snap, plan, s.Linger, leaving)
+		freed = len(leaving) < before
+		if arrived == burst && allBound(snap, burst, serveName) && len(leaving) == 0 {
+			break
+		}
+	}
+	used := map[string]bool{}
+	for i := 0; i < burst; i++ {
+		p := snap.Pods[sc.PodID(serveName(i), 0)]
+		if !p.Bound() {
+			t.Errorf("%s not bound after %d cycles", serveName(i), cycle)
+			continue
+		}
+		for _, b := range p.GPUs {
+			used[fmt.Sprintf("%s/%d", p.Node, b.Index)] = true
+		}
+	}
+	wasted := 0
+	for _, gpus := range evictedGPUs {
+		took := false
+		for _, k := range gpus {
+			took = took || used[k]
+		}
+		if !took {
+			wasted++
+		}
+	}
+	if floor := (burst + 3) / 4; len(evictedGPUs) != floor || wasted > 0 {
+		t.Errorf("%d gangs evicted (floor %d), %d of them for nothing", len(evictedGPUs), floor, wasted)
+	}
+}
+
+// TestNominatedPreemptorKeepsItsNode: a preemptor waiting on its nominated node
+// is placed there, not on another node where a GPU is free for the next preemptor
+// (a tighter fit that bestfit and fgd prefer). Before, the first took the second's
+// GPU, and the second, its victims gone, found no room and evicted again: a ninth
+// gang for a burst that needed eight, and a second grace period to wait, live.
+func TestNominatedPreemptorKeepsItsNode(t *testing.T) {
+	for _, policy := range []string{"", "bestfit"} {
+		snap, err := sc.Build(sc.Scenario{
+			Nodes:  []sc.Node{{Name: "n1", GPUs: 8}, {Name: "n2", GPUs: 8}},
+			Queues: []sc.Queue{{Name: "team", Quota: -1}},
+			Gangs: []sc.Gang{
+				{Name: "train-a", Queue: "team", Priority: 50, Pods: 4, GPUs: 1, On: "n1"},
+				{Name: "train-b", Queue: "team", Priority: 50, Pods: 4, GPUs: 1, On: "n1"},
+				{Name: "train-c", Queue: "team", Priority: 50, Pods: 4, GPUs: 1, On: "n2"},
+				{Name: "train-d", Queue: "team", Priority: 50, Pods: 3, GPUs: 1, On: "n2"},
+				{Name: "serve-a", Queue: "team", Priority: 125, NonPreemptible: true, GPUs: 1},
+				{Name: "serve-b", Queue: "team", Priority: 125, NonPreemptible: true, GPUs: 1},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// serve-a evicted train-a on n1, whose pods are still terminating; serve-b's
+		// victims on n2 are gone, leaving the one GPU it was nominated to.
+		for i := 0; i < 4; i++ {
+			snap.Pods[sc.PodID("train-a", i)].Terminating = true
+		}
+		snap.Pods[sc.PodID("serve-a", 0)].NominatedNode = "n1"
+		snap.Pods[sc.PodID("serve-b", 0)].NominatedNode = "n2"
+		snap.Gangs["serve-b"].CreatedAt = snap.Gangs["serve-a"].CreatedAt + 1
+		sched, err := scheduler.New(policy, scheduler.Config{Preemption: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := sched.Schedule(snap)
+		if ev := sc.Evicted(plan); len(ev) > 0 {
+			t.Errorf("policy %q: evicts %v; both preemptors have their room", policy, ev)
+		}
+		if b := sc.Binds(plan); len(b) != 1 || b[0] != "serve-b" {
+			t.Errorf("policy %q: binds %v, want serve-b on its free GPU", policy, b)
+		}
+		if k := sc.PendingKinds(plan)["serve-a"]; k != scheduler.PendingWaitingForVictim {
+			t.Errorf("policy %q: serve-a is %q, want waiting for its victims", policy, k)
+		}
+	}
+}

@@ -31,7 +31,19 @@ func (c *cycle) placeNominated(w *work) (done, kept bool, why string) {
 		}
 		return false, false, refused.Error()
 	}
-	placements, unsched := c.s.Placer.PlaceGang(c.view, w.core)
+	// On its nominated nodes first, where the room is free now or once its victims
+	// are gone (placePinned); only then anywhere.
+	pods, pinned := pinnedToNominated(w.core), true
+	if pods == nil {
+		pods, pinned = w.core, false
+	}
+	placements, unsched := c.s.Placer.PlaceGang(c.view, pods)
+	if unsched != nil && c.reserveNominated(w, amounts) {
+		return false, true, ""
+	}
+	if unsched != nil && pinned {
+		placements, unsched = c.s.Placer.PlaceGang(c.view, w.core)
+	}
 	if unsched == nil {
 		if c.onRoomStillHeld(w, placements, amounts, false) {
 			return false, true, ""
@@ -39,9 +51,6 @@ func (c *cycle) placeNominated(w *work) (done, kept bool, why string) {
 		c.plan.Binds = append(c.plan.Binds, GangBind{Gang: w.gang.ID, Placements: placements})
 		c.allocate(w.gang, amounts)
 		return true, false, ""
-	}
-	if c.reserveNominated(w, amounts) {
-		return false, true, ""
 	}
 	return false, false, "its victims are gone and it still does not fit: " + unsched.Message
 }

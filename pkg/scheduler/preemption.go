@@ -114,12 +114,40 @@ func (c *cycle) keepRoom(w *work) {
 		c.bookOnceGone(w, leaving, amounts)
 		return
 	}
-	if placements, unsched := c.s.Placer.PlaceGang(c.view, w.core); unsched == nil {
-		for i, pl := range placements {
-			c.view.Assign(w.core[i], pl)
-		}
-		c.allocate(w.gang, amounts)
+	if _, unsched := c.placePinned(c.view, w.core); unsched == nil {
+		c.allocate(w.gang, amounts) // placed and booked in the view
 	}
+}
+
+// placePinned places pods on v as Placer.PlaceGang does (booking them there), each
+// pod with a nominated node on that node first: a preemptor keeps the room its own
+// victims free rather than take room promised to another preemptor, which would then
+// find none left once its victims are gone and evict again (a live burst of 32
+// shared services evicted a ninth gang for 8 gangs' worth of GPUs, and waited two
+// grace periods, issue 19). When the gang does not fit so, it goes anywhere.
+func (c *cycle) placePinned(v *placement.View, pods []*model.Pod) ([]placement.Placement, *placement.Unschedulable) {
+	if pinned := pinnedToNominated(pods); pinned != nil {
+		if placements, unsched := c.s.Placer.PlaceGang(v, pinned); unsched == nil {
+			return placements, nil
+		}
+	}
+	return c.s.Placer.PlaceGang(v, pods)
+}
+
+// pinnedToNominated returns copies of pods in which each pod with a nominated node
+// may only go there (model.Pod.PinnedTo), or nil when no pod has one.
+func pinnedToNominated(pods []*model.Pod) []*model.Pod {
+	var out []*model.Pod
+	for i, p := range pods {
+		if p.NominatedNode == "" {
+			continue
+		}
+		if out == nil {
+			out = append([]*model.Pod(nil), pods...)
+		}
+		out[i] = p.PinnedTo(p.NominatedNode)
+	}
+	return out
 }
 
 // bookOnceGone places w's core on a view where leaving are gone and, if it fits,
@@ -131,7 +159,7 @@ func (c *cycle) bookOnceGone(w *work, leaving []*model.Pod, amounts fairshare.Am
 			fork.Release(p)
 		}
 	}
-	placements, unsched := c.s.Placer.PlaceGang(fork, w.core)
+	placements, unsched := c.placePinned(fork, w.core)
 	if unsched != nil {
 		return false
 	}
@@ -213,19 +241,7 @@ func (c *cycle) onRoomStillHeld(w *work, placements []placement.Placement, amoun
 	if len(c.released) == 0 || !c.takesReleasedGPU(placements) {
 		return false
 	}
-	pods := w.core
-	if elastic {
-		pods = w.extra
-	}
-	byID := map[model.PodID]*model.Pod{}
-	for _, p := range pods {
-		byID[p.ID] = p
-	}
-	for _, pl := range placements {
-		if p := byID[pl.Pod]; p != nil {
-			c.view.Assign(p, pl)
-		}
-	}
+	// Placer.PlaceGang booked the placements in the view already.
 	c.allocate(w.gang, amounts)
 	c.plan.Nominations = append(c.plan.Nominations, GangBind{Gang: w.gang.ID, Placements: placements, Elastic: elastic})
 	if !elastic {

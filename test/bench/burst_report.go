@@ -176,9 +176,17 @@ type BurstSummary struct {
 
 func summarizeBurst(mode string, n int, runs []BurstRun) BurstSummary {
 	s := BurstSummary{BurstRun: BurstRun{Mode: mode, Burst: n, Status: StatusOK}, Runs: len(runs)}
+	// The medians are of the runs that went through: a run whose control plane did
+	// not start measured nothing, and its zeros would pull every median down.
+	var ok []BurstRun
+	for _, r := range runs {
+		if r.Status == StatusOK || r.Status == StatusTimeout {
+			ok = append(ok, r)
+		}
+	}
 	pick := func(f func(BurstRun) float64) float64 {
 		var v []float64
-		for _, r := range runs {
+		for _, r := range ok {
 			v = append(v, f(r))
 		}
 		return median(v)

@@ -55,7 +55,7 @@ func (c *Cache) chooseDevices(ctx context.Context, skip func(model.GangID) bool)
 			continue
 		}
 		reqs = append(reqs, dra.Request{ID: id, Gang: p.Gang, CreatedAt: p.CreatedAt, Pod: api, Claims: c.podClaims[id],
-			Skip: skip != nil && skip(p.Gang)})
+			Skip: skip != nil && skip(p.Gang), StartFreeFraction: p.GPU.StartFreeFraction})
 	}
 	choices := c.alloc.Choose(ctx, dra.Input{Snap: c.snap, Nodes: c.apiNodes, Claims: c.claims}, reqs)
 	for id, ch := range choices {

@@ -29,6 +29,10 @@ type evictor struct {
 	client   kubernetes.Interface
 	recorder record.EventRecorder
 	limiter  flowcontrol.RateLimiter
+	// turn makes the preemptors take their tokens one group after another: waiting
+	// token by token side by side, every group of a burst finished waiting at the
+	// end of the burst, and the first preemptor waited as long as the last.
+	turn sync.Mutex
 
 	mu       sync.Mutex
 	inFlight map[model.PodID]bool
@@ -50,11 +54,14 @@ func newEvictor(client kubernetes.Interface, recorder record.EventRecorder, qps 
 // victims evicted, and those not evicted (cancelled, or refused by the API server,
 // a PodDisruptionBudget say) with the error.
 func (e *evictor) evictFor(ctx context.Context, victims []cache.Victim, needed func() bool) (evicted, kept []cache.Victim, err error) {
+	e.turn.Lock()
 	for range victims {
 		if err := e.limiter.Wait(ctx); err != nil {
+			e.turn.Unlock()
 			return nil, victims, err
 		}
 	}
+	e.turn.Unlock()
 	if !needed() {
 		return nil, victims, errNotNeeded
 	}

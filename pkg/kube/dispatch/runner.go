@@ -55,7 +55,9 @@ func (o *Options) defaults() {
 		o.EvictionQPS = 10
 	}
 	if o.EvictionBurst <= 0 {
-		o.EvictionBurst = 20
+		// A burst of 20 preemptors, each evicting a head and 4 workers, at once: at
+		// 20, a burst of 8 such preemptions waited 2 s for the limiter (issue 19).
+		o.EvictionBurst = 100
 	}
 	if o.Resync <= 0 {
 		o.Resync = time.Second

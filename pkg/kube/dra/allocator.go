@@ -283,6 +283,10 @@ type Request struct {
 	// Skip is set for a pod the cycle will not try: it is not asked about, but the
 	// stale allocations of its own that would be redone do not count as taken.
 	Skip bool
+	// StartFreeFraction is the share of each GPU's memory the pod's engine needs
+	// free to start (vLLM's gpu_memory_utilization; model.GPUDemand): a share it is
+	// given is booked for at least that much (BookedFor).
+	StartFreeFraction float64
 }
 
 // Choice is the allocator's answer for one pod: per node, the GPUs its claims take
@@ -348,13 +352,13 @@ func (a *Allocator) Choose(ctx context.Context, in Input, reqs []Request) map[mo
 			i := slot[r.ID]
 			ch := Choice{Devices: map[string][]model.GPUBinding{}, Err: err}
 			if len(preemptLevels) > 0 {
-				ch.IfPreempted = preemptLevels[i%len(preemptLevels)].gpus
+				ch.IfPreempted = BookedFor(in.Snap, preemptLevels[i%len(preemptLevels)].gpus, r.StartFreeFraction)
 			}
 			switch {
 			case err != nil:
 			case len(levels) > 0:
 				l := levels[i%len(levels)]
-				ch.Devices = l.gpus
+				ch.Devices = BookedFor(in.Snap, l.gpus, r.StartFreeFraction)
 				a.choices[r.ID] = l.results
 			default:
 				a.choices[r.ID] = nil
@@ -612,6 +616,35 @@ func addResults(st *structured.AllocatedState, a *resourceapi.AllocationResult, 
 			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
 		}
 	}
+}
+
+// BookedFor returns the GPUs chosen per node as the pod is booked on them: a share
+// for the larger of the memory its claim consumes and startFree × the GPU's memory
+// (model.GPUDemand.BytesOnMemory), so that a 20Gi claim of a vLLM engine at 0.75 on
+// an 80 GiB GPU is booked, placed and annotated for the 60 GiB it needs, and keeps
+// that booking once the allocation comes back through the informer (the cache reads
+// the gantry.dev/gpus annotation before the claim's consumed capacity). Whole GPUs,
+// and every GPU when startFree is 0, are as chosen; choices is not changed.
+func BookedFor(snap *model.Snapshot, choices map[string][]model.GPUBinding, startFree float64) map[string][]model.GPUBinding {
+	if startFree <= 0 || len(choices) == 0 {
+		return choices
+	}
+	out := make(map[string][]model.GPUBinding, len(choices))
+	for node, gpus := range choices {
+		n := snap.Node(node)
+		booked := make([]model.GPUBinding, len(gpus))
+		for i, b := range gpus {
+			if !b.Whole && n != nil {
+				if g := n.GPUByIndex(b.Index); g != nil {
+					d := model.GPUDemand{Count: 1, MemoryBytes: b.MemoryBytes, StartFreeFraction: startFree}
+					b.MemoryBytes = d.BytesOnMemory(g.MemoryBytes)
+				}
+			}
+			booked[i] = b
+		}
+		out[node] = booked
+	}
+	return out
 }
 
 // gpusOfAllocation turns the gpu.gantry.dev devices of allocation results on a node
