@@ -44,7 +44,11 @@ func workloadMix(ctx context.Context, client kubernetes.Interface) ([]mixShare, 
 				errs = append(errs, fmt.Sprintf("%s/%s: %v", svc.Namespace, svc.Name, err))
 				continue
 			}
-			return parseMix(string(body)), nil
+			mix := parseMix(string(body))
+			if len(mix) == 0 {
+				return nil, fmt.Errorf("%s/%s publishes no %s yet: the scheduler that answered has learned from no pod since it started (with several replicas, only the leader schedules)", svc.Namespace, svc.Name, metrics.WorkloadMixMetric)
+			}
+			return mix, nil
 		}
 	}
 	if len(errs) == 0 {
