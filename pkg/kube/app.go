@@ -110,8 +110,17 @@ func Run(ctx context.Context, o Options) error {
 	if err := inf.Start(ctx); err != nil {
 		return err
 	}
+	// Scheduled Events go through kube-scheduler's pipeline (events.k8s.io, its own
+	// rate-limited client).
+	eb, err := dispatch.NewEventBroadcaster(ctx, o.RestConfig)
+	if err != nil {
+		return err
+	}
+	eb.StartRecordingToSink(ctx.Done())
+	defer eb.Shutdown()
 	runner := dispatch.New(c, sched, client, recorder, m, dispatch.Options{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
+		Events: dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup),
 	})
 	status := report.New(c, sched, dyn, m, lookup.PodGroups, runner.Pending)
 	go status.Run(ctx, 2*time.Second)

@@ -43,6 +43,8 @@ type Options struct {
 	// binds failed; Pause is the first pause of all cycles when the API server is
 	// unreachable (doubling to MaxBindBackoff).
 	BindBackoff, MaxBindBackoff, Pause time.Duration
+	// Events writes the Scheduled Events of binds (events.go); nil writes none.
+	Events *Events
 }
 
 func (o *Options) defaults() {
@@ -333,6 +335,7 @@ func (r *Runner) bindBatch(ctx context.Context, b cache.Batch) {
 		}
 	}
 	r.metrics.ObserveBinds(nBound, nFailed, time.Since(start), created)
+	r.opts.Events.bound(b, results)
 	r.mu.Lock()
 	delete(r.lastReason, b.Gang)
 	for _, res := range results {
@@ -368,6 +371,7 @@ func (r *Runner) resolve(ctx context.Context, req cache.BindRequest) {
 		res := r.binder.settle(ctx, req, nil)
 		switch res.outcome {
 		case bound:
+			r.opts.Events.scheduled(req)
 			return // the informer confirms it
 		case failed:
 			r.cache.Forget(req.Pod.ID)
