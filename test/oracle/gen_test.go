@@ -286,6 +286,7 @@ func (g *gen) pod(ns, name string, full bool) *corev1.Pod {
 		g.podAntiAffinity(p)
 	}
 	g.volumes(p, 0.3)
+	defer asStored(p)
 	if !full {
 		return p
 	}
@@ -329,6 +330,11 @@ func (g *gen) hostPort() corev1.ContainerPort {
 }
 
 func (g *gen) volumes(p *corev1.Pod, chance float64) {
+	if g.chance(0.1) {
+		// An inline CSI volume: ephemeral, on the node, not attached.
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "inline",
+			VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: csiDriver}}})
+	}
 	if !g.chance(chance) {
 		return
 	}
@@ -395,13 +401,44 @@ func (g *gen) term(p *corev1.Pod) corev1.PodAffinityTerm {
 		t.NamespaceSelector = &metav1.LabelSelector{}
 	}
 	if g.chance(0.1) && p.Labels["tier"] != "" {
-		// As the API server stores it: the keys kept, and merged into the selector
-		// (kube-scheduler's InterPodAffinity reads only the selector).
 		t.MatchLabelKeys = []string{"tier"}
-		t.LabelSelector.MatchExpressions = append(t.LabelSelector.MatchExpressions,
-			metav1.LabelSelectorRequirement{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{p.Labels["tier"]}})
 	}
 	return t
+}
+
+// asStored merges the pod's affinity terms' matchLabelKeys into their selectors,
+// keeping the keys, as the API server does when it admits a pod: kube-scheduler's
+// InterPodAffinity reads only the selector.
+func asStored(p *corev1.Pod) {
+	a := p.Spec.Affinity
+	if a == nil {
+		return
+	}
+	var terms []*corev1.PodAffinityTerm
+	if pa := a.PodAffinity; pa != nil {
+		for i := range pa.RequiredDuringSchedulingIgnoredDuringExecution {
+			terms = append(terms, &pa.RequiredDuringSchedulingIgnoredDuringExecution[i])
+		}
+		for i := range pa.PreferredDuringSchedulingIgnoredDuringExecution {
+			terms = append(terms, &pa.PreferredDuringSchedulingIgnoredDuringExecution[i].PodAffinityTerm)
+		}
+	}
+	if pa := a.PodAntiAffinity; pa != nil {
+		for i := range pa.RequiredDuringSchedulingIgnoredDuringExecution {
+			terms = append(terms, &pa.RequiredDuringSchedulingIgnoredDuringExecution[i])
+		}
+		for i := range pa.PreferredDuringSchedulingIgnoredDuringExecution {
+			terms = append(terms, &pa.PreferredDuringSchedulingIgnoredDuringExecution[i].PodAffinityTerm)
+		}
+	}
+	for _, t := range terms {
+		for _, k := range t.MatchLabelKeys {
+			if v, ok := p.Labels[k]; ok {
+				t.LabelSelector.MatchExpressions = append(t.LabelSelector.MatchExpressions,
+					metav1.LabelSelectorRequirement{Key: k, Operator: metav1.LabelSelectorOpIn, Values: []string{v}})
+			}
+		}
+	}
 }
 
 func (g *gen) podAffinity(p *corev1.Pod) {
