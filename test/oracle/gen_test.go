@@ -90,6 +90,12 @@ func (g *gen) node(name string) {
 	labels := map[string]string{corev1.LabelHostname: name}
 	if g.chance(0.9) {
 		labels[corev1.LabelTopologyZone] = g.pick(zones)
+		if g.chance(0.3) {
+			labels[corev1.LabelFailureDomainBetaZone] = labels[corev1.LabelTopologyZone]
+		}
+		if g.chance(0.5) {
+			labels[corev1.LabelTopologyRegion] = "region-1"
+		}
 	}
 	if g.chance(0.85) {
 		labels[rackKey] = g.pick(racks)
@@ -191,7 +197,15 @@ func (g *gen) claim(ns string) string {
 			pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
 				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{g.pick(zones)}}}}}}}
 		case 2:
-			pv.Labels = map[string]string{corev1.LabelTopologyZone: g.pick(zones)}
+			key := corev1.LabelTopologyZone
+			if g.chance(0.3) {
+				key = corev1.LabelFailureDomainBetaZone
+			}
+			value := g.pick(zones)
+			if g.chance(0.3) {
+				value += "__" + g.pick(zones)
+			}
+			pv.Labels = map[string]string{key: value}
 		}
 		if class == "local" {
 			pv.Spec.Local = &corev1.LocalVolumeSource{Path: "/mnt/" + pv.Name}
@@ -282,6 +296,15 @@ func (g *gen) pod(ns, name string, full bool) *corev1.Pod {
 	if g.chance(0.3) {
 		p.Spec.Containers[0].Ports = []corev1.ContainerPort{g.hostPort()}
 	}
+	if g.chance(0.08) {
+		// An init container's ports: a sidecar's (restartPolicy Always) hold the
+		// port while the pod runs; a plain init container's count too in kube.
+		ic := corev1.Container{Name: "init", Ports: []corev1.ContainerPort{g.hostPort()}}
+		if g.chance(0.5) {
+			ic.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+		}
+		p.Spec.InitContainers = []corev1.Container{ic}
+	}
 	if g.chance(0.3) {
 		g.podAntiAffinity(p)
 	}
@@ -323,8 +346,11 @@ func (g *gen) hostPort() corev1.ContainerPort {
 	} else {
 		cp.Protocol = corev1.ProtocolTCP
 	}
+	if g.chance(0.1) {
+		cp.Protocol = corev1.ProtocolSCTP
+	}
 	if g.chance(0.3) {
-		cp.HostIP = g.pick([]string{"127.0.0.1", "10.0.0.1"})
+		cp.HostIP = g.pick([]string{"127.0.0.1", "10.0.0.1", "0.0.0.0"})
 	}
 	return cp
 }
@@ -377,21 +403,21 @@ func (g *gen) tolerations(p *corev1.Pod) {
 		t.Operator, t.Value = corev1.TolerationOpEqual, g.pick([]string{"infra", "batch"})
 	}
 	if g.chance(0.5) {
-		t.Effect = []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute}[g.r.IntN(2)]
+		t.Effect = []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectNoExecute, corev1.TaintEffectPreferNoSchedule}[g.r.IntN(3)]
+		if t.Effect == corev1.TaintEffectNoExecute && g.chance(0.5) {
+			t.TolerationSeconds = ptr.To(int64(300))
+		}
 	}
 	p.Spec.Tolerations = append(p.Spec.Tolerations, t)
+	if g.chance(0.1) {
+		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	}
 }
 
 // term draws a pod affinity term: a selector on app, a topology key, and whose
 // namespaces it looks at.
 func (g *gen) term(p *corev1.Pod) corev1.PodAffinityTerm {
-	t := corev1.PodAffinityTerm{TopologyKey: g.pick(topoKeys)}
-	if g.chance(0.5) {
-		t.LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": g.pick(apps)}}
-	} else {
-		t.LabelSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{g.pick(apps), g.pick(apps)}}}}
-	}
+	t := corev1.PodAffinityTerm{TopologyKey: g.pick(topoKeys), LabelSelector: g.selector()}
 	switch g.r.IntN(6) {
 	case 0:
 		t.Namespaces = []string{g.pick(namespaces)}
@@ -432,12 +458,37 @@ func asStored(p *corev1.Pod) {
 		}
 	}
 	for _, t := range terms {
+		if t.LabelSelector == nil {
+			continue
+		}
 		for _, k := range t.MatchLabelKeys {
 			if v, ok := p.Labels[k]; ok {
 				t.LabelSelector.MatchExpressions = append(t.LabelSelector.MatchExpressions,
 					metav1.LabelSelectorRequirement{Key: k, Operator: metav1.LabelSelectorOpIn, Values: []string{v}})
 			}
 		}
+	}
+}
+
+// selector draws a label selector on app (and tier): mostly one app, sometimes a
+// set, a negation, everything ({}) or, rarely, nothing (nil).
+func (g *gen) selector() *metav1.LabelSelector {
+	switch k := g.r.IntN(20); {
+	case k < 9:
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"app": g.pick(apps)}}
+	case k < 15:
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{g.pick(apps), g.pick(apps)}}}}
+	case k < 17:
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "app", Operator: metav1.LabelSelectorOpNotIn, Values: []string{g.pick(apps)}}}}
+	case k < 18:
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "tier", Operator: metav1.LabelSelectorOpDoesNotExist}}}
+	case k < 19:
+		return &metav1.LabelSelector{}
+	default:
+		return nil
 	}
 }
 
@@ -485,6 +536,9 @@ func (g *gen) spread(p *corev1.Pod) {
 		c := corev1.TopologySpreadConstraint{
 			MaxSkew: int32(1 + g.r.IntN(2)), TopologyKey: g.pick(topoKeys), WhenUnsatisfiable: corev1.DoNotSchedule,
 			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+		}
+		if g.chance(0.15) {
+			c.LabelSelector = g.selector()
 		}
 		if g.chance(0.25) {
 			c.WhenUnsatisfiable = corev1.ScheduleAnyway
