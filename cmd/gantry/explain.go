@@ -31,7 +31,7 @@ func init() {
 }
 
 func newExplainCmd(kube *kubeFlags) *cobra.Command {
-	var output string
+	var output, defaultQueue string
 	cmd := &cobra.Command{
 		Use:   "explain POD",
 		Short: "Why a pod is where it is, or why it waits",
@@ -44,7 +44,7 @@ func newExplainCmd(kube *kubeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := explainPod(cmd.Context(), cfg, ns, args[0])
+			e, err := explainPod(cmd.Context(), cfg, ns, args[0], defaultQueue)
 			if err != nil {
 				return err
 			}
@@ -62,6 +62,7 @@ func newExplainCmd(kube *kubeFlags) *cobra.Command {
 		},
 	}
 	addOutputFlag(cmd, &output)
+	cmd.Flags().StringVar(&defaultQueue, "default-queue", "default", "the scheduler's defaultQueue, which pods with no queue label are charged to")
 	return cmd
 }
 
@@ -77,6 +78,7 @@ type explanation struct {
 	WaitingBecause  string         `json:"waitingBecause,omitempty"`
 	BeingEvicted    string         `json:"beingEvicted,omitempty"`
 	SchedulingGates []string       `json:"schedulingGates,omitempty"`
+	ChargedTo       queueCharge    `json:"chargedTo"`
 	Claims          []claimState   `json:"resourceClaims,omitempty"`
 	Gang            *gangState     `json:"gang,omitempty"`
 	Events          []eventSummary `json:"events,omitempty"`
@@ -111,7 +113,7 @@ type eventSummary struct {
 	Message string      `json:"message"`
 }
 
-func explainPod(ctx context.Context, cfg *rest.Config, ns, name string) (*explanation, error) {
+func explainPod(ctx context.Context, cfg *rest.Config, ns, name, defaultQueue string) (*explanation, error) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -137,7 +139,12 @@ func explainPod(ctx context.Context, cfg *rest.Config, ns, name string) (*explan
 		e.SchedulingGates = append(e.SchedulingGates, g.Name)
 	}
 	e.Claims = explainClaims(ctx, client, pod)
-	if g, err := gangOf(ctx, cfg, client, pod); err == nil && g != nil {
+	g, err := gangOf(ctx, cfg, client, pod)
+	if err != nil {
+		g = nil
+	}
+	e.ChargedTo = chargedQueue(pod, g, defaultQueue, listQueues(ctx, cfg))
+	if g != nil {
 		e.Gang = &gangState{
 			ID: string(g.ID), Source: string(g.Source), MinMember: g.MinMember, Queue: g.Queue, PriorityClassName: g.PriorityClassName,
 			Pending: g.Counts.Pending, Running: g.Counts.Running, Succeeded: g.Counts.Succeeded, Terminating: g.Counts.Terminating,
@@ -169,6 +176,11 @@ func (e *explanation) printText(w io.Writer) {
 		fmt.Fprintf(w, "  pending; nominated to %s while preempted pods leave\n", e.NominatedNode)
 	default:
 		fmt.Fprintln(w, "  pending")
+	}
+	if e.ChargedTo.Queue != "" {
+		fmt.Fprintf(w, "  charged to queue %s: %s\n", e.ChargedTo.Queue, e.ChargedTo.Why)
+	} else {
+		fmt.Fprintf(w, "  charged to no queue: %s\n", e.ChargedTo.Why)
 	}
 	if e.WaitingBecause != "" {
 		fmt.Fprintf(w, "  why it waits: %s\n", e.WaitingBecause)

@@ -86,6 +86,9 @@ const (
 	EventGangBelowMinimum = "GangBelowMinimum"
 	// EventGangIncomplete: a gang waited longer than allowed for missing members.
 	EventGangIncomplete = "GangIncomplete"
+	// EventGPUShareConflict (Warning, once per pod): the pod's GPU share and its
+	// engine's gpu_memory_utilization contradict; it is booked for the larger.
+	EventGPUShareConflict = "GPUShareConflict"
 )
 
 // Finalizers: Gantry sets none. A scheduler that dies must not leave objects that

@@ -42,6 +42,10 @@ type podTrace struct {
 	seen, bound      time.Time
 	terminating      time.Time
 	deleted          time.Time
+	// nominated is when the pod was first seen with a nominated node (a preemptor
+	// waiting for its victims), and nominatedNode that node.
+	nominated     time.Time
+	nominatedNode string
 }
 
 func newBurstRecorder(minMembers int) *burstRecorder {
@@ -79,6 +83,9 @@ func (r *burstRecorder) observe(p *corev1.Pod, deleted bool) {
 	}
 	if p.Spec.NodeName != "" && t.bound.IsZero() {
 		t.bound, t.node = now, p.Spec.NodeName
+	}
+	if n := p.Status.NominatedNodeName; n != "" && t.nominated.IsZero() {
+		t.nominated, t.nominatedNode = now, n
 	}
 	if g := p.Annotations["gantry.dev/gpus"]; g != "" {
 		t.gpus = g
