@@ -19,7 +19,9 @@ import (
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/gang"
-	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 )
 
 func init() {
@@ -124,7 +126,7 @@ func explainPod(ctx context.Context, cfg *rest.Config, ns, name, defaultQueue st
 	}
 	e := &explanation{
 		Namespace: pod.Namespace, Pod: pod.Name, SchedulerName: pod.Spec.SchedulerName,
-		Node: pod.Spec.NodeName, GPUs: pod.Annotations["gantry.dev/gpus"], Phase: string(pod.Status.Phase),
+		Node: pod.Spec.NodeName, GPUs: pod.Annotations[names.AnnotationGPUs], Phase: string(pod.Status.Phase),
 		NominatedNode: pod.Status.NominatedNodeName,
 	}
 	for _, c := range pod.Status.Conditions {
@@ -231,7 +233,7 @@ func (e *explanation) printText(w io.Writer) {
 func explainClaims(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) []claimState {
 	var out []claimState
 	for _, pc := range pod.Spec.ResourceClaims {
-		st := claimState{Name: pc.Name, Claim: kube.ClaimName(pod, pc)}
+		st := claimState{Name: pc.Name, Claim: dra.ClaimName(pod, pc)}
 		if st.Claim == "" {
 			st.Template = ptrString(pc.ResourceClaimTemplateName)
 			out = append(out, st)
@@ -295,10 +297,10 @@ func gangOf(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, 
 			}
 		}
 	}
-	load(schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayclusters"}, func() any { return &rayv1.RayCluster{} })
+	load(gvr.RayCluster, func() any { return &rayv1.RayCluster{} })
 	load(schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayjobs"}, func() any { return &rayv1.RayJob{} })
-	load(schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayservices"}, func() any { return &rayv1.RayService{} })
-	load(schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "podgroups"}, func() any { return &schedulingv1alpha1.PodGroup{} })
+	load(gvr.RayService, func() any { return &rayv1.RayService{} })
+	load(gvr.PodGroup, func() any { return &schedulingv1alpha1.PodGroup{} })
 	id := gang.Identify(pod, lookup)
 	list, err := client.CoreV1().Pods(pod.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gantry-dev/gantry/pkg/gang"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // queueCharge is the queue whose quota and limit a pod counts against, and why that
@@ -33,10 +34,10 @@ type queueState struct{ found, parent bool }
 func chargedQueue(pod *corev1.Pod, g *gang.Gang, defaultQueue string, queues map[string]queueState) queueCharge {
 	name, why := "", ""
 	switch {
-	case pod.Labels[gang.QueueLabel] != "":
-		name, why = pod.Labels[gang.QueueLabel], "label "+gang.QueueLabel+" on the pod"
-	case pod.Labels[gang.KAIQueueLabel] != "":
-		name, why = pod.Labels[gang.KAIQueueLabel], "label "+gang.KAIQueueLabel+" on the pod (KAI's, read as an alias)"
+	case pod.Labels[names.LabelQueue] != "":
+		name, why = pod.Labels[names.LabelQueue], "label "+names.LabelQueue+" on the pod"
+	case pod.Labels[names.LabelQueueKAI] != "":
+		name, why = pod.Labels[names.LabelQueueKAI], "label "+names.LabelQueueKAI+" on the pod (KAI's, read as an alias)"
 	case g != nil && g.Queue != "":
 		name, why = g.Queue, gangQueueSource(g)
 	}
@@ -66,7 +67,7 @@ func gangQueueSource(g *gang.Gang) string {
 		if m.Pod == nil {
 			continue
 		}
-		for _, key := range []string{gang.QueueLabel, gang.KAIQueueLabel} {
+		for _, key := range []string{names.LabelQueue, names.LabelQueueKAI} {
 			if m.Pod.Labels[key] == g.Queue {
 				return fmt.Sprintf("label %s on %s, a member of its gang %s", key, m.Pod.Name, g.ID)
 			}

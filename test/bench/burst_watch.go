@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -87,7 +88,7 @@ func (r *burstRecorder) observe(p *corev1.Pod, deleted bool) {
 	if n := p.Status.NominatedNodeName; n != "" && t.nominated.IsZero() {
 		t.nominated, t.nominatedNode = now, n
 	}
-	if g := p.Annotations["gantry.dev/gpus"]; g != "" {
+	if g := p.Annotations[names.AnnotationGPUs]; g != "" {
 		t.gpus = g
 	}
 	if p.DeletionTimestamp != nil && t.terminating.IsZero() {
