@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	schedv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // The vocabulary of the random worlds: few values, so that selectors, domains and
@@ -265,7 +265,7 @@ func (g *gen) gang() {
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
 		}
-		p.Annotations[schedv1alpha1.PodGroupAnnotation] = tmpl.Name
+		p.Annotations[names.AnnotationPodGroup] = tmpl.Name
 		// Volumes are the pod's own: members do not share claims.
 		p.Spec.Volumes = nil
 		g.volumes(p, 0.3)
