@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantry-dev/gantry/pkg/scheduler/scenario"
 )
@@ -57,5 +58,31 @@ func TestPreemptionEvictsTheRunningPodWhoseAntiAffinityRepels(t *testing.T) {
 		Nodes:  nodes,
 		Gangs:  append(gangs, pre),
 		Expect: scenario.Expect{Evicted: []string{"x-n1-0"}, Nominated: []string{"pre"}},
+	})
+}
+
+// A preemptor with a DoNotSchedule spread (one per node at most apart) that can
+// only go to n1, where two pods it counts already run while n2 holds none, evicts
+// those two, not the ten cheaper pods beside them that would free room but leave the
+// skew at three.
+func TestPreemptionEvictsWhatSkewsThePreemptorsSpread(t *testing.T) {
+	nodes := hostNodes("n1", "n2")
+	nodes[0].GPUs, nodes[1].GPUs = 12, 6
+	counted := scenario.Spec{Labels: map[string]string{"app": "s"}}
+	var gangs []scenario.Gang
+	for j := range 10 {
+		gangs = append(gangs, scenario.Gang{Name: fmt.Sprintf("filler-%d", j), GPUs: 1, On: "n1"})
+	}
+	gangs = append(gangs,
+		scenario.Gang{Name: "s1", GPUs: 1, On: "n1", Priority: 10, Spec: counted},
+		scenario.Gang{Name: "s2", GPUs: 1, On: "n1", Priority: 10, Spec: counted},
+		scenario.Gang{Name: "kept", Pods: 6, GPUs: 1, On: "n2", NonPreemptible: true})
+	pre := scenario.Gang{Name: "pre", GPUs: 1, Priority: 125, NonPreemptible: true,
+		Spec: (&kpod{spec: counted}).Spread(1, corev1.LabelHostname, true,
+			&metav1.LabelSelector{MatchLabels: map[string]string{"app": "s"}}, nil, nil, nil).spec}
+	scenario.Run(t, scenario.Scenario{
+		Nodes:  nodes,
+		Gangs:  append(gangs, pre),
+		Expect: scenario.Expect{Evicted: []string{"s1-0", "s2-0"}, Nominated: []string{"pre"}},
 	})
 }
