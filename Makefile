@@ -19,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-burst run clean-tools gpu-smoke chaos soak fuzz images images-smoke chart-package gpu-smoke-binary
+.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-burst run clean-tools gpu-smoke chaos oracle soak fuzz images images-smoke chart-package gpu-smoke-binary
 
 # The release version: the chart's appVersion, which is also the images' default tag.
 VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' deploy/helm/gantry/Chart.yaml)
@@ -111,8 +111,16 @@ chart-package: $(BIN)/helm
 
 ## test: unit and integration tests (integration tests start a real kube-apiserver,
 ## etcd, kube-controller-manager, kwok and KubeRay from bin/, built first if needed).
-test: tools build test-deps
+test: tools build test-deps oracle
 	$(GO) test -count=1 -timeout 45m ./...
+
+## oracle: the differential test of Gantry's placements against kube-scheduler v1.37's
+## own Filter plugins (test/oracle, a module of its own so that the main go.mod stays
+## free of k8s.io/kubernetes). ORACLE_CASES=n judges n random pods and gangs (default
+## 2000); ORACLE_SEED=s replays one world. A cold build compiles the scheduler's
+## plugins from k8s.io/kubernetes (minutes on 2 cores); later runs use the build cache.
+oracle:
+	cd test/oracle && $(GO) test -count=1 -timeout 20m ./...
 
 ## test-deps: Debian packages the tests use: prometheus (the dashboards are checked
 ## against a real one scraping the sandbox). Installed when missing, as root.

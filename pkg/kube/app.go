@@ -112,6 +112,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := inf.Start(ctx); err != nil {
 		return err
 	}
+	// Scheduled Events go through kube-scheduler's pipeline (events.k8s.io, its own
+	// rate-limited client).
+	eb, err := dispatch.NewEventBroadcaster(ctx, o.RestConfig)
+	if err != nil {
+		return err
+	}
+	eb.StartRecordingToSink(ctx.Done())
+	defer eb.Shutdown()
 	var cycled func(time.Time)
 	if o.Liveness != nil {
 		o.Liveness.started(time.Now(), inf.WaitingPods)
@@ -120,6 +128,7 @@ func Run(ctx context.Context, o Options) error {
 	runner := dispatch.New(c, sched, client, recorder, m, dispatch.Options{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
 		Cycled: cycled,
+		Events: dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup),
 	})
 	status := report.New(c, sched, dyn, m, lookup.PodGroups, runner.Pending)
 	go status.Run(ctx, 2*time.Second)

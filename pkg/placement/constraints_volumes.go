@@ -18,8 +18,8 @@ func volumeMisfit(n *model.Node, v *model.VolumeNeeds) misfit {
 			return misfitVolumeNode
 		}
 	}
-	for i := range v.Delayed {
-		if !delayedClaimFits(n, &v.Delayed[i]) {
+	if len(v.Delayed) > 0 {
+		if _, ok := VolumesFor(n, v.Delayed); !ok {
 			return misfitVolumeBinding
 		}
 	}
@@ -78,15 +78,10 @@ func gaZoneLabel(key string) string {
 	return key
 }
 
-// delayedClaimFits reports whether a WaitForFirstConsumer claim can get a volume on
-// n: an available volume that admits n, or a new one where the class's
+// canProvision reports whether a new volume can be provisioned on n for a
+// WaitForFirstConsumer claim: its class has a provisioner, and the class's
 // allowedTopologies and the driver's topology keys admit n.
-func delayedClaimFits(n *model.Node, c *model.DelayedClaim) bool {
-	for i := range c.Available {
-		if volumeAdmits(n, &c.Available[i]) {
-			return true
-		}
-	}
+func canProvision(n *model.Node, c *model.DelayedClaim) bool {
 	if c.Provisioner == "" {
 		return false
 	}
@@ -158,20 +153,28 @@ func matchTopology(terms []corev1.TopologySelectorTerm, nodeLabels map[string]st
 	return false
 }
 
-// VolumeFor says how a WaitForFirstConsumer claim gets its volume on node n: the
-// name of an available volume that admits n (to bind to the claim), or "" with
-// provision true when a new one is to be provisioned there. ok is false when
-// neither can serve n.
-func VolumeFor(n *model.Node, c *model.DelayedClaim) (volume string, provision, ok bool) {
-	for i := range c.Available {
-		if volumeAdmits(n, &c.Available[i]) {
-			return c.Available[i].Volume, false, true
+// VolumesFor says how each of a pod's WaitForFirstConsumer claims gets its volume
+// on node n, as kube-scheduler's volume binder decides it: in order, each claim
+// takes the first of its available volumes that admits n and that no earlier claim
+// of the pod took (volumes[i] is its name), else a new volume is provisioned on n
+// (volumes[i] is "") where the claim's class can provision there. ok is false when
+// some claim can have neither: two claims cannot share one available volume.
+func VolumesFor(n *model.Node, claims []model.DelayedClaim) (volumes []string, ok bool) {
+	volumes = make([]string, len(claims))
+	for i := range claims {
+		c := &claims[i]
+		for j := range c.Available {
+			if b := &c.Available[j]; !slices.Contains(volumes[:i], b.Volume) && volumeAdmits(n, b) {
+				volumes[i] = b.Volume
+				break
+			}
+		}
+		if volumes[i] != "" {
+			continue
+		}
+		if !canProvision(n, c) {
+			return nil, false
 		}
 	}
-	only := *c
-	only.Available = nil
-	if delayedClaimFits(n, &only) {
-		return "", true, true
-	}
-	return "", false, false
+	return volumes, true
 }

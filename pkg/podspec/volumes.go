@@ -23,7 +23,7 @@ var zoneLabelKeys = []string{
 }
 
 // addVolumes translates the pod's PersistentVolumeClaims (and generic ephemeral
-// volumes, whose claims are named <pod>-<volume>) and inline CSI volumes.
+// volumes, whose claims are named <pod>-<volume>).
 func addVolumes(c *model.Constraints, pod *corev1.Pod, lookup Lookup) {
 	needs := &model.VolumeNeeds{}
 	for i := range pod.Spec.Volumes {
@@ -34,9 +34,9 @@ func addVolumes(c *model.Constraints, pod *corev1.Pod, lookup Lookup) {
 			addClaim(c, needs, pod, field+".persistentVolumeClaim", vol.PersistentVolumeClaim.ClaimName, lookup, false)
 		case vol.Ephemeral != nil:
 			addClaim(c, needs, pod, field+".ephemeral", pod.Name+"-"+vol.Name, lookup, true)
-		case vol.CSI != nil:
-			needs.Attach = append(needs.Attach, model.CSIVolume{Driver: vol.CSI.Driver, Handle: pod.Name + "-" + vol.Name})
 		}
+		// Inline CSI volumes are ephemeral on the node, not attached: kube-scheduler's
+		// NodeVolumeLimits does not count them, and neither does Gantry.
 	}
 	if len(needs.Bound)+len(needs.Delayed)+len(needs.Attach) > 0 {
 		c.Volumes = needs
@@ -80,14 +80,17 @@ func addClaim(c *model.Constraints, needs *model.VolumeNeeds, pod *corev1.Pod, f
 	if class != "" {
 		sc = lookup.StorageClass(class)
 	}
+	// An unbound claim counts as one volume of its class's provisioner on the
+	// node, whatever its binding mode, as NodeVolumeLimits counts it: a pod already
+	// running with an Immediate claim not yet bound still holds an attachment.
+	if sc != nil && sc.Provisioner != "" && sc.Provisioner != noProvisioner {
+		needs.Attach = append(needs.Attach, model.CSIVolume{Driver: sc.Provisioner, Handle: "claim:" + pod.Namespace + "/" + name})
+	}
 	if sc == nil || sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
 		refuse(c, model.RefusalVolume, field, "persistentvolumeclaim %q is not bound and its storage class %q binds immediately: wait for the volume controller to bind it, or use a WaitForFirstConsumer class", name, class)
 		return
 	}
 	needs.Delayed = append(needs.Delayed, delayedClaim(claim, sc, lookup))
-	if p := sc.Provisioner; p != "" && p != noProvisioner {
-		needs.Attach = append(needs.Attach, model.CSIVolume{Driver: p, Handle: "claim:" + pod.Namespace + "/" + name})
-	}
 }
 
 const noProvisioner = "kubernetes.io/no-provisioner"

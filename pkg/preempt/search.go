@@ -159,7 +159,7 @@ func (s *search) cheapestNodePlan(partial *placement.View, blocked *model.Pod, c
 			continue // pods bound to a node that has since been deleted
 		}
 		remaining := s.remainingOn(name, chosen)
-		local := newLocalNode(n, blocked, s.released)
+		local := newLocalNode(partial, n, blocked, s.released)
 		if !local.fitsWithout(remaining) {
 			continue
 		}
@@ -449,26 +449,45 @@ func releaseAll(v *placement.View, units []*unit, released map[model.PodID]bool)
 	}
 }
 
-// localNode answers, for one node alone, whether a member fits once some victims are
+// localNode answers, for one node, whether a member fits once some victims are
 // gone. It uses a one-node view, so a check costs a node copy and placement.Feasible,
-// not a whole-cluster placement.
+// not a whole-cluster placement; but a member whose fit depends on other nodes' pods
+// (placement.NeedsCluster: pod affinity, anti-affinity, spread) is checked on the
+// whole partial view with the victims gone (placement.FitsOnNode), so that evicting
+// the pods that repel it, or that skew its spread, counts.
 type localNode struct {
 	name   string
 	root   *placement.View
 	member *model.Pod
 	// released are pods already gone in the node's state.
 	released map[model.PodID]bool
+	// cluster, when not nil, is the partial view the member is checked on.
+	cluster *placement.View
 }
 
-func newLocalNode(n *model.Node, member *model.Pod, released map[model.PodID]bool) *localNode {
+func newLocalNode(partial *placement.View, n *model.Node, member *model.Pod, released map[model.PodID]bool) *localNode {
+	if placement.NeedsCluster(partial, member) {
+		return &localNode{name: n.Name, member: member, released: released, cluster: partial}
+	}
 	snapshot := model.NewSnapshot()
 	snapshot.AddNode(n)
 	return &localNode{name: n.Name, root: placement.NewView(snapshot), member: member, released: released}
 }
 
 // fitsWithout reports whether the member fits on the node once the units' pods on it
-// are gone.
+// are gone (all of the units' pods, for a member checked on the whole view).
 func (l *localNode) fitsWithout(units []*unit) bool {
+	if l.cluster != nil {
+		fork := l.cluster.Fork()
+		for _, u := range units {
+			for _, pod := range u.pods {
+				if !l.released[pod.ID] {
+					fork.Release(pod)
+				}
+			}
+		}
+		return placement.FitsOnNode(fork, l.member, l.name)
+	}
 	fork := l.root.Fork()
 	seen := map[model.PodID]bool{}
 	for _, u := range units {

@@ -215,3 +215,60 @@ func TestPreferredNodeAffinityAndSoftTaints(t *testing.T) {
 		Expect: scenario.Expect{Binds: []string{"plain"}, Placed: map[string][]string{"plain": {"n2"}}},
 	})
 }
+
+// A running pod's claim that is not bound yet (an Immediate claim the volume
+// controller has not bound) counts against the node's attach limit as one volume of
+// its class's provisioner, as NodeVolumeLimits counts it. Found by the
+// differential test (test/oracle).
+func TestCSIAttachLimitCountsUnboundClaimsOfRunningPods(t *testing.T) {
+	s := storage()
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	s.Classes = append(s.Classes, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "any"}, Provisioner: "csi.example.com", VolumeBindingMode: &wffc})
+	anyClass := "any"
+	s.Claims = append(s.Claims, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c2", Namespace: "ns"},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &anyClass}})
+	nodes := zonedNodes()
+	nodes[0].CSILimits = map[string]int{"csi.example.com": 1}
+	first := scenario.Gang{Name: "first", On: "a1", GPUs: 1, Spec: claimPod(s, "now").NS("ns").spec}
+	second := scenario.Gang{Name: "second", GPUs: 1, Spec: claimPod(s, "c2").NS("ns").spec}
+	scenario.Run(t, scenario.Scenario{
+		Nodes: nodes, Gangs: []scenario.Gang{first, second},
+		Expect: scenario.Expect{Binds: []string{"second"}, FitsOn: map[string][]string{"second": {"b1"}}},
+	})
+}
+
+// Two WaitForFirstConsumer claims of one pod cannot both take the one available
+// local volume: the pod fits only where there are two, as kube-scheduler's volume
+// binder decides. Found by the differential test (test/oracle).
+func TestTwoClaimsNeedTwoAvailableVolumes(t *testing.T) {
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	local := "local"
+	onNode := func(name, node string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+			StorageClassName: local, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}},
+		}}
+	}
+	s := &scenario.Storage{
+		Classes: []*storagev1.StorageClass{{ObjectMeta: metav1.ObjectMeta{Name: local}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &wffc}},
+		Volumes: []*corev1.PersistentVolume{onNode("pv-a", "a1"), onNode("pv-b1", "b1"), onNode("pv-b2", "b1")},
+	}
+	for _, name := range []string{"d1", "d2"} {
+		s.Claims = append(s.Claims, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &local, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}})
+	}
+	pod := claimPod(s, "d1").Volume(corev1.Volume{Name: "w", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "d2"}}}, s)
+	nodes := zonedNodes()
+	for i := range nodes {
+		nodes[i].Labels["kubernetes.io/hostname"] = nodes[i].Name
+	}
+	scenario.Run(t, scenario.Scenario{
+		Nodes:  nodes,
+		Gangs:  []scenario.Gang{{Name: "two", GPUs: 1, Spec: pod.NS("ns").spec}},
+		Expect: scenario.Expect{Binds: []string{"two"}, FitsOn: map[string][]string{"two": {"b1"}}},
+	})
+}

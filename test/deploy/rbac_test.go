@@ -67,6 +67,7 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	grant(s, []string{"create"}, "", "pods", "eviction")
 	grant(s, read, "", "nodes", "")
 	grant(s, []string{"create", "patch"}, "", "events", "")
+	grant(s, []string{"create", "patch"}, "events.k8s.io", "events", "")
 	grant(s, []string{"list", "watch"}, "scheduling.k8s.io", "priorityclasses", "")
 	for _, r := range []string{"persistentvolumeclaims", "persistentvolumes", "namespaces"} {
 		grant(s, read, "", r, "")

@@ -45,6 +45,8 @@ type Options struct {
 	BindBackoff, MaxBindBackoff, Pause time.Duration
 	// Cycled, when set, is told when each cycle has been committed (liveness).
 	Cycled func(time.Time)
+	// Events writes the Scheduled Events of binds (events.go); nil writes none.
+	Events *Events
 }
 
 func (o *Options) defaults() {
@@ -453,6 +455,7 @@ func (r *Runner) bindBatch(ctx context.Context, b cache.Batch) {
 		}
 	}
 	r.metrics.ObserveBinds(nBound, nFailed, time.Since(start), created)
+	r.opts.Events.bound(b, results)
 	r.mu.Lock()
 	delete(r.lastReason, b.Gang)
 	for _, res := range results {
@@ -489,6 +492,7 @@ func (r *Runner) resolve(ctx context.Context, req cache.BindRequest) {
 		res := r.binder.settle(ctx, req, nil)
 		switch res.outcome {
 		case bound:
+			r.opts.Events.scheduled(req)
 			return // the informer confirms it
 		case failed:
 			r.cache.Forget(req.Pod.ID)

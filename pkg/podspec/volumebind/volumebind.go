@@ -39,14 +39,16 @@ func Plan(pod *model.Pod, n *model.Node) ([]VolumeAction, error) {
 	if c == nil || c.Volumes == nil {
 		return nil, nil
 	}
+	if len(c.Volumes.Delayed) == 0 {
+		return nil, nil
+	}
+	volumes, ok := placement.VolumesFor(n, c.Volumes.Delayed)
+	if !ok {
+		return nil, fmt.Errorf("the claims of pod %s cannot all get a volume on node %s", pod.ID, n.Name)
+	}
 	var out []VolumeAction
 	for i := range c.Volumes.Delayed {
-		d := &c.Volumes.Delayed[i]
-		volume, _, ok := placement.VolumeFor(n, d)
-		if !ok {
-			return nil, fmt.Errorf("claim %s of pod %s cannot get a volume on node %s", d.Claim, pod.ID, n.Name)
-		}
-		out = append(out, VolumeAction{Namespace: pod.Namespace(), Claim: d.Claim, Volume: volume, Node: n.Name})
+		out = append(out, VolumeAction{Namespace: pod.Namespace(), Claim: c.Volumes.Delayed[i].Claim, Volume: volumes[i], Node: n.Name})
 	}
 	return out, nil
 }

@@ -1,0 +1,147 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
+
+	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/gang"
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/model"
+)
+
+// Kube-scheduler's client settings (its componentconfig's ClientConnection
+// defaults), which its Events are written under: a client of their own, so that a
+// burst of Events never takes the binds' share of the API.
+const (
+	EventQPS   = 50
+	EventBurst = 100
+)
+
+// ReasonScheduled and ActionBinding are what kube-scheduler writes on a bind.
+const (
+	ReasonScheduled = "Scheduled"
+	ActionBinding   = "Binding"
+)
+
+// NewEventBroadcaster is kube-scheduler's Event pipeline (cmd/kube-scheduler
+// options.Config): an events.k8s.io broadcaster (client-go tools/events, which
+// folds repeats into series and drops rather than queues without bound) over a
+// client of its own at EventQPS and EventBurst. The caller starts it
+// (StartRecordingToSink) and shuts it down.
+func NewEventBroadcaster(ctx context.Context, cfg *rest.Config) (events.EventBroadcasterAdapter, error) {
+	ec := rest.CopyConfig(cfg)
+	ec.QPS, ec.Burst = EventQPS, EventBurst
+	client, err := kubernetes.NewForConfig(ec)
+	if err != nil {
+		return nil, fmt.Errorf("events client: %w", err)
+	}
+	return events.NewEventBroadcasterAdapterWithContext(ctx, client), nil
+}
+
+// Events writes the Events of successful binds, as kube-scheduler does: a Normal
+// "Scheduled" Event "Successfully assigned NS/POD to NODE" on every pod bound; and,
+// when a gang with an object of its own (a PodGroup, a RayCluster) is bound whole,
+// one Event on that object. A nil *Events writes nothing.
+type Events struct {
+	recorder events.EventRecorder
+	lookup   gang.Lookup
+}
+
+// NewEvents writes through recorder (NewEventBroadcaster's NewRecorder with the
+// scheduler's name); lookup finds gangs' objects (nil: no gang Events).
+func NewEvents(recorder events.EventRecorder, lookup gang.Lookup) *Events {
+	return &Events{recorder: recorder, lookup: lookup}
+}
+
+// bound writes the Events of one batch's binds: one per pod bound where planned,
+// and the gang's when every request of the batch was.
+func (e *Events) bound(b cache.Batch, results []result) {
+	if e == nil {
+		return
+	}
+	var nodes []string
+	n := 0
+	for _, res := range results {
+		if res.outcome != bound {
+			continue
+		}
+		e.scheduled(res.req)
+		n++
+		if !slices.Contains(nodes, res.req.Placement.Node) {
+			nodes = append(nodes, res.req.Placement.Node)
+		}
+	}
+	if n == 0 || n < len(b.Reqs) {
+		return
+	}
+	if obj := e.gangObject(b.Gang); obj != nil {
+		slices.Sort(nodes)
+		e.recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonScheduled, ActionBinding,
+			"Successfully assigned %s to %s", pods(n), strings.Join(nodes, ", "))
+	}
+}
+
+// scheduled writes one pod's Event.
+func (e *Events) scheduled(req cache.BindRequest) {
+	if e == nil {
+		return
+	}
+	ns, name := splitID(req.Pod.ID)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(req.Pod.UID)}}
+	e.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonScheduled, ActionBinding,
+		"Successfully assigned %v/%v to %v", ns, name, req.Placement.Node)
+}
+
+func pods(n int) string {
+	if n == 1 {
+		return "1 pod"
+	}
+	return fmt.Sprintf("%d pods", n)
+}
+
+// gangObject is the object a gang's Event is about: its PodGroup or RayCluster,
+// as the lookup has it (with its UID, so that kubectl describe shows the Event);
+// nil for a lone pod, an ad-hoc gang or an object not seen.
+func (e *Events) gangObject(g model.GangID) runtime.Object {
+	if e.lookup == nil {
+		return nil
+	}
+	kind, key, ok := strings.Cut(string(g), ":")
+	if !ok {
+		return nil
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	ref := &metav1.PartialObjectMetadata{}
+	switch kind {
+	case "podgroup":
+		pg := e.lookup.PodGroup(ns, name)
+		if pg == nil {
+			return nil
+		}
+		ref.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: name, UID: pg.UID}
+		ref.TypeMeta = metav1.TypeMeta{APIVersion: schedulingv1alpha1.SchemeGroupVersion.String(), Kind: "PodGroup"}
+	case "ray":
+		rc := e.lookup.RayCluster(ns, name)
+		if rc == nil {
+			return nil
+		}
+		ref.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: name, UID: rc.UID}
+		ref.TypeMeta = metav1.TypeMeta{APIVersion: rayv1.GroupVersion.String(), Kind: "RayCluster"}
+	default:
+		return nil
+	}
+	return ref
+}

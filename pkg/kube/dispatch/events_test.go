@@ -1,0 +1,65 @@
+package dispatch
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+
+	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/gang"
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/placement"
+)
+
+func bindReq(id, node string) cache.BindRequest {
+	return cache.BindRequest{Pod: &model.Pod{ID: model.PodID(id), UID: "uid-" + id}, Placement: placement.Placement{Pod: model.PodID(id), Node: node}}
+}
+
+func drain(c chan string) []string {
+	var out []string
+	for {
+		select {
+		case e := <-c:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// Each pod bound gets kube-scheduler's Scheduled Event; a gang with a PodGroup
+// gets one more when bound whole, none when a member failed; a nil *Events
+// writes nothing.
+func TestScheduledEvents(t *testing.T) {
+	pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "duo", UID: "uid-duo"}}
+	lookup, err := gang.NewStaticLookup(pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := events.NewFakeRecorder(10)
+	e := NewEvents(rec, lookup)
+	b := cache.Batch{Gang: "podgroup:ns/duo", Min: 2, Reqs: []cache.BindRequest{bindReq("ns/a", "n2"), bindReq("ns/b", "n1")}}
+	e.bound(b, []result{{req: b.Reqs[0], outcome: bound}, {req: b.Reqs[1], outcome: bound}})
+	want := []string{
+		"Normal Scheduled Successfully assigned ns/a to n2",
+		"Normal Scheduled Successfully assigned ns/b to n1",
+		"Normal Scheduled Successfully assigned 2 pods to n1, n2",
+	}
+	if got := drain(rec.Events); len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+
+	e.bound(b, []result{{req: b.Reqs[0], outcome: bound}, {req: b.Reqs[1], outcome: failed}})
+	if got := drain(rec.Events); len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("gang bound in part: events %q, want only %q", got, want[0])
+	}
+	lone := cache.Batch{Gang: "ns/c", Min: 1, Reqs: []cache.BindRequest{bindReq("ns/c", "n1")}}
+	e.bound(lone, []result{{req: lone.Reqs[0], outcome: bound}})
+	if got := drain(rec.Events); len(got) != 1 {
+		t.Fatalf("lone pod: events %q, want its own only", got)
+	}
+	var none *Events
+	none.bound(b, []result{{req: b.Reqs[0], outcome: bound}})
+}
