@@ -59,6 +59,7 @@ var exportedMetrics = map[string]metricInfo{
 	"gantry_queue_allocated":                            {gauge, queueLabel},
 	"gantry_queue_limit":                                {gauge, queueLabel},
 	"gantry_queue_quota":                                {gauge, queueLabel},
+	"gantry_scheduler_workload_mix_pods":                {gauge, nil},
 
 	"DCGM_FI_DEV_SM_CLOCK":                    {gauge, dcgmLabels},
 	"DCGM_FI_DEV_MEM_CLOCK":                   {gauge, dcgmLabels},

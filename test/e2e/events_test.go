@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -30,8 +31,8 @@ func TestScheduledEventsForPodsAndPodGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	createPods(t,
-		newPod(ns, "m0", onTestNodes(t), withAnnotations("gantry.dev/pod-group", "duo")),
-		newPod(ns, "m1", onTestNodes(t), withAnnotations("gantry.dev/pod-group", "duo")),
+		newPod(ns, "m0", onTestNodes(t), withAnnotations(names.AnnotationPodGroup, "duo")),
+		newPod(ns, "m1", onTestNodes(t), withAnnotations(names.AnnotationPodGroup, "duo")),
 		newPod(ns, "lone", onTestNodes(t)))
 	pods := waitPods(t, ns, 60*time.Second, "three pods bound", func(ps []corev1.Pod) bool { return bound(ps) == 3 })
 	dyn, err := dynamic.NewForConfig(env.Config)

@@ -151,16 +151,36 @@ func TestOtherSchedulersPodsCount(t *testing.T) {
 	})
 }
 
-// Bad input on a pod gets a condition that says what to change, and nothing crashes.
+// Bad input on a pod is refused at admission with a message that says what to change;
+// what the webhook cannot see (an annotation edited after creation, a pod bigger than
+// any node) gets a condition that says it; and nothing crashes.
 func TestBadGPUDemandsAreExplained(t *testing.T) {
 	requireEnv(t)
+	ctx := context.Background()
 	ns := namespace(t)
 	createNodes(t, gpuNode(ns+"-a", 8, "NVIDIA-H100-80GB-HBM3", 81559))
+	refused := newPod(ns, "refused", onTestNodes(t), withAnnotations(names.AnnotationGPUFraction, "1.5"))
+	_, err := env.Client.CoreV1().Pods(ns).Create(ctx, refused, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), names.AnnotationGPUFraction) {
+		t.Fatalf("creating a pod with gpu-fraction 1.5: got %v, want a refusal naming %s", err, names.AnnotationGPUFraction)
+	}
+	// Held by a gate so that it is not bound before its annotation is edited.
+	edited := newPod(ns, "fraction", onTestNodes(t), withAnnotations(names.AnnotationGPUFraction, "0.5"))
+	edited.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/hold"}}
 	createPods(t,
-		newPod(ns, "fraction", onTestNodes(t), withAnnotations(names.AnnotationGPUFraction, "1.5")),
+		edited,
 		newPod(ns, "too-many", withGPUs(16), onTestNodes(t)),
 		newPod(ns, "fine", withGPUs(1), onTestNodes(t)),
 	)
+	p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "fraction", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations[names.AnnotationGPUFraction] = "1.5"
+	p.Spec.SchedulingGates = nil
+	if _, err := env.Client.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	got := waitPods(t, ns, 20*time.Second, "bad pods explained, good pod bound", func(ps []corev1.Pod) bool {
 		return unschedulableMessage(ps, "fraction") != "" && unschedulableMessage(ps, "too-many") != "" && bound(ps) == 1
 	})
