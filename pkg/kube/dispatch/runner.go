@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -96,6 +97,13 @@ type Runner struct {
 	// the pauses in a row.
 	pausedUntil time.Time
 	pauses      int
+	// binds are the committed batches not yet handed to a goroutine, in plan order
+	// (queue.go); pumping says whether a goroutine is handing them out.
+	binds   []queuedBatch
+	pumping bool
+	// batchSlots bounds the batches being bound at once (BindWorkers), so that a
+	// backlog of 100,000 pods is 100,000 entries of a queue, not 100,000 goroutines.
+	batchSlots *semaphore.Weighted
 }
 
 // New wires a runner.
@@ -115,6 +123,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		lastReason:   map[model.GangID]string{},
 		pending:      map[model.GangID]scheduler.Pending{},
 		bindFailures: map[model.GangID]int{},
+		batchSlots:   semaphore.NewWeighted(int64(opts.BindWorkers)),
 	}
 }
 
@@ -160,9 +169,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		klog.InfoS("Preemption", p.KeysAndValues()...)
 	}
 
-	for _, b := range d.Batches {
-		go r.bindBatch(ctx, b)
-	}
+	r.queueBinds(ctx, d.Batches)
 	r.evict(ctx, d.Evictions)
 	for _, nom := range d.Nominations {
 		for _, pl := range nom.Placements {
