@@ -19,7 +19,9 @@ import (
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/gang"
-	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 )
 
 func init() {
@@ -31,7 +33,7 @@ func init() {
 }
 
 func newExplainCmd(kube *kubeFlags) *cobra.Command {
-	var output string
+	var output, defaultQueue string
 	cmd := &cobra.Command{
 		Use:   "explain POD",
 		Short: "Why a pod is where it is, or why it waits",
@@ -44,7 +46,7 @@ func newExplainCmd(kube *kubeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := explainPod(cmd.Context(), cfg, ns, args[0])
+			e, err := explainPod(cmd.Context(), cfg, ns, args[0], defaultQueue)
 			if err != nil {
 				return err
 			}
@@ -62,6 +64,7 @@ func newExplainCmd(kube *kubeFlags) *cobra.Command {
 		},
 	}
 	addOutputFlag(cmd, &output)
+	cmd.Flags().StringVar(&defaultQueue, "default-queue", "default", "the scheduler's defaultQueue, which pods with no queue label are charged to")
 	return cmd
 }
 
@@ -77,6 +80,7 @@ type explanation struct {
 	WaitingBecause  string         `json:"waitingBecause,omitempty"`
 	BeingEvicted    string         `json:"beingEvicted,omitempty"`
 	SchedulingGates []string       `json:"schedulingGates,omitempty"`
+	ChargedTo       queueCharge    `json:"chargedTo"`
 	Claims          []claimState   `json:"resourceClaims,omitempty"`
 	Gang            *gangState     `json:"gang,omitempty"`
 	Events          []eventSummary `json:"events,omitempty"`
@@ -111,7 +115,7 @@ type eventSummary struct {
 	Message string      `json:"message"`
 }
 
-func explainPod(ctx context.Context, cfg *rest.Config, ns, name string) (*explanation, error) {
+func explainPod(ctx context.Context, cfg *rest.Config, ns, name, defaultQueue string) (*explanation, error) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -122,7 +126,7 @@ func explainPod(ctx context.Context, cfg *rest.Config, ns, name string) (*explan
 	}
 	e := &explanation{
 		Namespace: pod.Namespace, Pod: pod.Name, SchedulerName: pod.Spec.SchedulerName,
-		Node: pod.Spec.NodeName, GPUs: pod.Annotations["gantry.dev/gpus"], Phase: string(pod.Status.Phase),
+		Node: pod.Spec.NodeName, GPUs: pod.Annotations[names.AnnotationGPUs], Phase: string(pod.Status.Phase),
 		NominatedNode: pod.Status.NominatedNodeName,
 	}
 	for _, c := range pod.Status.Conditions {
@@ -137,7 +141,12 @@ func explainPod(ctx context.Context, cfg *rest.Config, ns, name string) (*explan
 		e.SchedulingGates = append(e.SchedulingGates, g.Name)
 	}
 	e.Claims = explainClaims(ctx, client, pod)
-	if g, err := gangOf(ctx, cfg, client, pod); err == nil && g != nil {
+	g, err := gangOf(ctx, cfg, client, pod)
+	if err != nil {
+		g = nil
+	}
+	e.ChargedTo = chargedQueue(pod, g, defaultQueue, listQueues(ctx, cfg))
+	if g != nil {
 		e.Gang = &gangState{
 			ID: string(g.ID), Source: string(g.Source), MinMember: g.MinMember, Queue: g.Queue, PriorityClassName: g.PriorityClassName,
 			Pending: g.Counts.Pending, Running: g.Counts.Running, Succeeded: g.Counts.Succeeded, Terminating: g.Counts.Terminating,
@@ -169,6 +178,11 @@ func (e *explanation) printText(w io.Writer) {
 		fmt.Fprintf(w, "  pending; nominated to %s while preempted pods leave\n", e.NominatedNode)
 	default:
 		fmt.Fprintln(w, "  pending")
+	}
+	if e.ChargedTo.Queue != "" {
+		fmt.Fprintf(w, "  charged to queue %s: %s\n", e.ChargedTo.Queue, e.ChargedTo.Why)
+	} else {
+		fmt.Fprintf(w, "  charged to no queue: %s\n", e.ChargedTo.Why)
 	}
 	if e.WaitingBecause != "" {
 		fmt.Fprintf(w, "  why it waits: %s\n", e.WaitingBecause)
@@ -219,7 +233,7 @@ func (e *explanation) printText(w io.Writer) {
 func explainClaims(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) []claimState {
 	var out []claimState
 	for _, pc := range pod.Spec.ResourceClaims {
-		st := claimState{Name: pc.Name, Claim: kube.ClaimName(pod, pc)}
+		st := claimState{Name: pc.Name, Claim: dra.ClaimName(pod, pc)}
 		if st.Claim == "" {
 			st.Template = ptrString(pc.ResourceClaimTemplateName)
 			out = append(out, st)
@@ -283,10 +297,10 @@ func gangOf(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, 
 			}
 		}
 	}
-	load(schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayclusters"}, func() any { return &rayv1.RayCluster{} })
+	load(gvr.RayCluster, func() any { return &rayv1.RayCluster{} })
 	load(schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayjobs"}, func() any { return &rayv1.RayJob{} })
-	load(schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayservices"}, func() any { return &rayv1.RayService{} })
-	load(schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "podgroups"}, func() any { return &schedulingv1alpha1.PodGroup{} })
+	load(gvr.RayService, func() any { return &rayv1.RayService{} })
+	load(gvr.PodGroup, func() any { return &schedulingv1alpha1.PodGroup{} })
 	id := gang.Identify(pod, lookup)
 	list, err := client.CoreV1().Pods(pod.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/gantry-dev/gantry/gpu/fake"
 	"github.com/gantry-dev/gantry/pkg/agent"
 	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 func main() {
@@ -62,7 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
 	fs.StringVar(&o.fakeGPUs, "fake-gpus", "", "use fake GPUs instead of NVML: "+fake.Profiles())
 	fs.StringVar(&o.nvmlLibrary, "nvml-library", gpu.LibraryName, "NVML library to load")
-	fs.StringVar(&o.pluginDataDir, "kubelet-plugin-dir", kubeletplugin.KubeletPluginsDir+"/"+agent.DriverName, "directory for the DRA socket and the checkpoint")
+	fs.StringVar(&o.pluginDataDir, "kubelet-plugin-dir", kubeletplugin.KubeletPluginsDir+"/"+names.DriverName, "directory for the DRA socket and the checkpoint")
 	fs.StringVar(&o.registrarDir, "kubelet-registrar-dir", kubeletplugin.KubeletRegistryDir, "directory where the kubelet looks for plugin registration sockets")
 	fs.StringVar(&o.cdiRoot, "cdi-root", kubeletplugin.DefaultCDIDir, "directory for CDI spec files")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", `address for /metrics; "0" disables it`)

@@ -40,6 +40,7 @@ import (
 	"github.com/gantry-dev/gantry/gpu"
 	"github.com/gantry-dev/gantry/gpu/fake"
 	"github.com/gantry-dev/gantry/pkg/agent"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -242,7 +243,7 @@ func checkSlice(c *checker, inv *gpu.Inventory) {
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "smoke-node-gpu.gantry.dev"},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver: agent.DriverName, NodeName: ptr.To("smoke-node"),
+			Driver: names.DriverName, NodeName: ptr.To("smoke-node"),
 			Pool:    resourceapi.ResourcePool{Name: "smoke-node", ResourceSliceCount: 1},
 			Devices: pool.Slices[0].Devices,
 		},
@@ -278,7 +279,7 @@ func checkCDI(c *checker, lib nvml.Interface, inv *gpu.Inventory, opts agent.CDI
 		c.fail("device edits for %s: %v", uuid, err)
 		return
 	}
-	spec := &cdispec.Spec{Version: "0.6.0", Kind: agent.DriverName + "/gpu", Devices: []cdispec.Device{
+	spec := &cdispec.Spec{Version: "0.6.0", Kind: names.DriverName + "/gpu", Devices: []cdispec.Device{
 		{Name: "common", ContainerEdits: *common}, {Name: "smoke-claim-gpu-0", ContainerEdits: *dev}}}
 	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {
 		spec.Version = v

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/gpu"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // Config is everything the node agent needs; cmd/node-agent fills it from flags.
@@ -104,7 +105,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("node agent needs a node name, a Kubernetes client and NVML")
 	}
 	if cfg.PluginDataDir == "" {
-		cfg.PluginDataDir = kubeletplugin.KubeletPluginsDir + "/" + DriverName
+		cfg.PluginDataDir = kubeletplugin.KubeletPluginsDir + "/" + names.DriverName
 	}
 	if cfg.RegistrarDir == "" {
 		cfg.RegistrarDir = kubeletplugin.KubeletRegistryDir
@@ -252,7 +253,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	helper, err := kubeletplugin.Start(ctx, driver,
-		kubeletplugin.DriverName(DriverName),
+		kubeletplugin.DriverName(names.DriverName),
 		kubeletplugin.KubeClient(a.cfg.KubeClient),
 		kubeletplugin.NodeName(a.cfg.NodeName),
 		kubeletplugin.PluginDataDirectoryPath(a.cfg.PluginDataDir),

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	"k8s.io/apimachinery/pkg/types"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -18,7 +19,7 @@ import (
 
 const (
 	// cdiKind is the CDI vendor/class of the devices this agent creates.
-	cdiKind = DriverName + "/gpu"
+	cdiKind = names.DriverName + "/gpu"
 	// cdiCommonDevice holds what every container with a Gantry GPU needs
 	// whichever GPU it has: driver libraries, control device nodes
 	// (nvidiactl, nvidia-uvm, nvidia-uvm-tools), IPC sockets and hooks.
@@ -49,11 +50,11 @@ type CDIEditor interface {
 // cdiSpecPath is one spec file per claim; the claim UID makes the name unique
 // so that a runtime's cached spec is never mistaken for a new claim's.
 func cdiSpecPath(cdiRoot string, claimUID types.UID) string {
-	return filepath.Join(cdiRoot, fmt.Sprintf("%s-%s.json", DriverName, claimUID))
+	return filepath.Join(cdiRoot, fmt.Sprintf("%s-%s.json", names.DriverName, claimUID))
 }
 
 func cdiCommonSpecPath(cdiRoot string) string {
-	return filepath.Join(cdiRoot, DriverName+"-common.json")
+	return filepath.Join(cdiRoot, names.DriverName+"-common.json")
 }
 
 func cdiDeviceName(claimUID types.UID, device string) string {

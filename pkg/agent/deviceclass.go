@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,10 +16,10 @@ import (
 func DeviceClass() *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
-		ObjectMeta: metav1.ObjectMeta{Name: DriverName},
+		ObjectMeta: metav1.ObjectMeta{Name: names.DriverName},
 		Spec: resourceapi.DeviceClassSpec{
 			Selectors: []resourceapi.DeviceSelector{{
-				CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", DriverName)},
+				CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", names.DriverName)},
 			}},
 		},
 	}
@@ -29,7 +30,7 @@ func DeviceClass() *resourceapi.DeviceClass {
 func EnsureDeviceClass(ctx context.Context, client kubernetes.Interface) error {
 	_, err := client.ResourceV1().DeviceClasses().Create(ctx, DeviceClass(), metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("install DeviceClass %s: %w", DriverName, err)
+		return fmt.Errorf("install DeviceClass %s: %w", names.DriverName, err)
 	}
 	return nil
 }

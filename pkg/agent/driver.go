@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/gpu"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // CheckpointFile is the name of the checkpoint inside the plugin data directory.
@@ -121,7 +122,7 @@ func (d *Driver) prepareClaim(claim *resourceapi.ResourceClaim, inv *gpu.Invento
 	}
 	var devs []preparedDevice
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != DriverName {
+		if r.Driver != names.DriverName {
 			continue
 		}
 		pd, err := d.prepareResult(claim.UID, r, inv)

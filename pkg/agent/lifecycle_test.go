@@ -15,6 +15,7 @@ import (
 
 	"github.com/gantry-dev/gantry/gpu/fake"
 	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 type agentEnv struct {
@@ -128,7 +129,7 @@ func TestNVMLDiesMidRunThenComesBack(t *testing.T) {
 
 	// Every consumer sees the staleness.
 	devs := BuildResources(testNode, a.Snapshot().Get(), a.Snapshot().Staleness()).Pools[testNode].Slices[0].Devices
-	if len(devs) != 2 || len(devs[0].Taints) != 1 || devs[0].Taints[0].Key != StaleTaintKey {
+	if len(devs) != 2 || len(devs[0].Taints) != 1 || devs[0].Taints[0].Key != names.TaintStale {
 		t.Errorf("stale slices %+v", devs)
 	}
 	a.observe(ctx)

@@ -16,6 +16,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gantry-dev/gantry/gpu"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 type fakePods []*podresourcesv1.PodResources
@@ -161,7 +162,7 @@ func TestScrapeAttributesPodsAndShares(t *testing.T) {
 		{Name: "llm-0", Namespace: "team-a", Containers: []*podresourcesv1.ContainerResources{{
 			Name: "vllm",
 			DynamicResources: []*podresourcesv1.DynamicResource{{ClaimName: "llm", ClaimNamespace: "team-a",
-				ClaimResources: []*podresourcesv1.ClaimResource{{DriverName: DriverName, PoolName: testNode, DeviceName: "gpu-2"}}}},
+				ClaimResources: []*podresourcesv1.ClaimResource{{DriverName: names.DriverName, PoolName: testNode, DeviceName: "gpu-2"}}}},
 		}}},
 		{Name: "legacy", Namespace: "team-b", Containers: []*podresourcesv1.ContainerResources{{
 			Name:    "train",

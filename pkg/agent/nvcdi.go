@@ -10,6 +10,7 @@ import (
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform"
 	transformroot "github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -71,7 +72,7 @@ func NewNVCDIEditor(lib nvml.Interface, opts CDIOptions) (CDIEditor, error) {
 		nvcdi.WithDriverRoot(opts.DriverRoot),
 		nvcdi.WithDevRoot(opts.DevRoot),
 		nvcdi.WithNVIDIACDIHookPath(opts.HookPath),
-		nvcdi.WithVendor(DriverName),
+		nvcdi.WithVendor(names.DriverName),
 		nvcdi.WithClass("gpu"),
 		nvcdi.WithLogger(klogAdapter{}),
 		// nvsandboxutils is an optional driver library; NVML is enough.

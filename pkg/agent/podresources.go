@@ -9,6 +9,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gantry-dev/gantry/gpu"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // DefaultPodResourcesSocket is the kubelet's PodResources API socket.
@@ -84,7 +85,7 @@ func containersByGPU(pods []*podresourcesv1.PodResources, inv *gpu.Inventory) ma
 			}
 			for _, dr := range c.GetDynamicResources() {
 				for _, cr := range dr.GetClaimResources() {
-					if cr.GetDriverName() != DriverName {
+					if cr.GetDriverName() != names.DriverName {
 						continue
 					}
 					if uuid, ok := uuidByDevice[cr.GetDeviceName()]; ok {

@@ -12,20 +12,15 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gantry-dev/gantry/gpu"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
-const (
-	// DriverName is the DRA driver and DeviceClass name.
-	DriverName = "gpu.gantry.dev"
-	// MemoryCapacity is the consumable capacity a claim requests a share of.
-	MemoryCapacity resourceapi.QualifiedName = "memory"
-	// UnhealthyTaintKey taints the devices of unhealthy GPUs.
-	UnhealthyTaintKey = DriverName + "/unhealthy"
-	// StaleTaintKey taints every device while the agent has no live
-	// reading (NVML gone, hung, or released for a driver upgrade); its
-	// value is the reason.
-	StaleTaintKey = DriverName + "/stale"
-)
+// MemoryCapacity is the consumable capacity a claim requests a share of. The driver
+// name (names.DriverName) and the device taints (names.TaintUnhealthy on unhealthy
+// GPUs; names.TaintStale on every device while the agent has no live reading: NVML
+// gone, hung, or released for a driver upgrade, the value being the reason) are in
+// pkg/names.
+const MemoryCapacity resourceapi.QualifiedName = names.MemoryCapacity
 
 // Device types, as NVIDIA's DRA driver names them in its "type" attribute.
 const (
@@ -61,7 +56,7 @@ func ShareableBytes(m gpu.Memory) int64 {
 // node: one device per GPU, or per MIG device for a GPU in MIG mode. A GPU
 // is published only if it has a UUID and a known memory size, because a
 // claim for it could not be prepared otherwise. Without a reading (inv nil)
-// the pool is empty; with a stale one every device carries StaleTaintKey.
+// the pool is empty; with a stale one every device carries names.TaintStale.
 func BuildResources(nodeName string, inv *gpu.Inventory, stale Staleness) resourceslice.DriverResources {
 	var devices []resourceapi.Device
 	if inv != nil {
@@ -83,7 +78,7 @@ func BuildResources(nodeName string, inv *gpu.Inventory, stale Staleness) resour
 	if stale.Stale {
 		for i := range devices {
 			devices[i].Taints = append(devices[i].Taints, resourceapi.DeviceTaint{
-				Key: StaleTaintKey, Value: stale.Reason, Effect: resourceapi.DeviceTaintEffectNoSchedule,
+				Key: names.TaintStale, Value: stale.Reason, Effect: resourceapi.DeviceTaintEffectNoSchedule,
 			})
 		}
 	}
@@ -158,7 +153,7 @@ func buildDevice(inv *gpu.Inventory, d gpu.Device) resourceapi.Device {
 	}
 	if d.Health.State == gpu.Unhealthy {
 		dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{
-			Key: UnhealthyTaintKey, Value: unhealthyTaintValue(d.Health), Effect: resourceapi.DeviceTaintEffectNoSchedule,
+			Key: names.TaintUnhealthy, Value: unhealthyTaintValue(d.Health), Effect: resourceapi.DeviceTaintEffectNoSchedule,
 		})
 	}
 	return dev
@@ -188,7 +183,7 @@ func buildMIGDevice(inv *gpu.Inventory, parent gpu.Device, m gpu.MIGDevice) reso
 	}
 	if parent.Health.State == gpu.Unhealthy {
 		dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{
-			Key: UnhealthyTaintKey, Value: unhealthyTaintValue(parent.Health), Effect: resourceapi.DeviceTaintEffectNoSchedule,
+			Key: names.TaintUnhealthy, Value: unhealthyTaintValue(parent.Health), Effect: resourceapi.DeviceTaintEffectNoSchedule,
 		})
 	}
 	return dev

@@ -9,6 +9,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 func TestBuildResourcesOneDevicePerGPU(t *testing.T) {
@@ -83,8 +84,8 @@ func TestUnhealthyGPUsAreTainted(t *testing.T) {
 	for _, d := range devs {
 		taints[d.Name] = d.Taints
 	}
-	if got := taints["gpu-2"]; len(got) != 1 || got[0].Key != UnhealthyTaintKey || got[0].Value != "memory-errors" || got[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
-		t.Errorf("gpu-2 taints %+v, want %s=memory-errors:NoSchedule", got, UnhealthyTaintKey)
+	if got := taints["gpu-2"]; len(got) != 1 || got[0].Key != names.TaintUnhealthy || got[0].Value != "memory-errors" || got[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("gpu-2 taints %+v, want %s=memory-errors:NoSchedule", got, names.TaintUnhealthy)
 	}
 	for _, n := range []string{"gpu-0", "gpu-1", "gpu-3"} {
 		if len(taints[n]) != 0 {
@@ -157,7 +158,7 @@ func TestStaleReadingsTaintEveryDevice(t *testing.T) {
 		t.Fatalf("%d devices", len(devs))
 	}
 	for _, d := range devs {
-		if len(d.Taints) != 1 || d.Taints[0].Key != StaleTaintKey || d.Taints[0].Value != StaleNVMLNotAnswering || d.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		if len(d.Taints) != 1 || d.Taints[0].Key != names.TaintStale || d.Taints[0].Value != StaleNVMLNotAnswering || d.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
 			t.Errorf("%s taints %v", d.Name, d.Taints)
 		}
 	}

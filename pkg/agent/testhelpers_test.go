@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantry-dev/gantry/gpu"
 	"github.com/gantry-dev/gantry/gpu/fake"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 const testNode = "node-a"
@@ -38,7 +39,7 @@ func allocatedClaim(uid, name string, shares ...share) *resourceapi.ResourceClai
 		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}},
 	}
 	for _, s := range shares {
-		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: DriverName, Pool: testNode, Device: s.device}
+		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: names.DriverName, Pool: testNode, Device: s.device}
 		if s.memory != "" {
 			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: resource.MustParse(s.memory)}
 		}

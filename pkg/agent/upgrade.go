@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -15,7 +16,7 @@ const (
 	GPUOperatorUpgradeStateLabel = "nvidia.com/gpu-driver-upgrade-state"
 	// ReleaseNVMLLabel, set to "true" on a node, makes the agent release
 	// NVML (for a driver upgrade or GPU reset done by other means).
-	ReleaseNVMLLabel = DriverName + "/release-nvml"
+	ReleaseNVMLLabel = names.DriverName + "/release-nvml"
 )
 
 // upgradeReleaseStates are the GPU Operator upgrade states in which the old

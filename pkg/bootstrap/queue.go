@@ -18,22 +18,17 @@ import (
 	"os"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
-
-	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 )
 
 // EnvDefaultQueue holds the default Queue as JSON ({"name": ..., "spec": {...}}); the
 // chart sets it from defaultQueue when defaultQueue.create is true.
 const EnvDefaultQueue = "GANTRY_DEFAULT_QUEUE"
-
-// QueueGVR is the Queue resource.
-var QueueGVR = schema.GroupVersionResource{Group: schedulingv1alpha1.GroupName, Version: "v1alpha1", Resource: "queues"}
 
 // Queue is a Queue to create: its name, labels and spec as the chart wrote them.
 type Queue struct {
@@ -62,9 +57,9 @@ func QueueFromEnv() (q Queue, ok bool, err error) {
 // (up to retryMax between tries) until it exists or ctx ends. An error that retrying
 // cannot fix (the API server rejects the spec as invalid) is returned at once.
 func EnsureQueue(ctx context.Context, client dynamic.Interface, q Queue, retryMax time.Duration) error {
-	queues := client.Resource(QueueGVR)
+	queues := client.Resource(gvr.Queue)
 	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": QueueGVR.GroupVersion().String(),
+		"apiVersion": gvr.Queue.GroupVersion().String(),
 		"kind":       "Queue",
 		"metadata":   map[string]any{"name": q.Name},
 		"spec":       q.Spec,

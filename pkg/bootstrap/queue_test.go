@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,7 +18,7 @@ import (
 
 func newClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{QueueGVR: "QueueList"}, objs...)
+		map[schema.GroupVersionResource]string{gvr.Queue: "QueueList"}, objs...)
 }
 
 func queueObj(name string, spec map[string]any) *unstructured.Unstructured {
@@ -33,7 +35,7 @@ func TestEnsureQueueCreatesMissing(t *testing.T) {
 	if err := EnsureQueue(context.Background(), client, q, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	got, err := client.Resource(QueueGVR).Get(context.Background(), "default", metav1.GetOptions{})
+	got, err := client.Resource(gvr.Queue).Get(context.Background(), "default", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func TestEnsureQueueLeavesExistingAlone(t *testing.T) {
 	if err := EnsureQueue(context.Background(), client, Queue{Name: "default", Spec: map[string]any{"displayName": "Default"}}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := client.Resource(QueueGVR).Get(context.Background(), "default", metav1.GetOptions{})
+	got, _ := client.Resource(gvr.Queue).Get(context.Background(), "default", metav1.GetOptions{})
 	if name, _, _ := unstructured.NestedString(got.Object, "spec", "displayName"); name != "Edited by the admin" {
 		t.Errorf("an existing queue was changed: %v", got.Object)
 	}
@@ -83,7 +85,7 @@ func TestEnsureQueueRetriesWhileWebhookDown(t *testing.T) {
 func TestEnsureQueueInvalidSpecIsReported(t *testing.T) {
 	client := newClient()
 	client.PrependReactor("create", "queues", func(clienttesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "scheduling.gantry.dev", Kind: "Queue"}, "default", nil)
+		return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: names.GroupScheduling, Kind: "Queue"}, "default", nil)
 	})
 	err := EnsureQueue(context.Background(), client, Queue{Name: "default"}, time.Millisecond)
 	if err == nil || !apierrors.IsInvalid(err) {

@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // Source says what made pods a gang.
@@ -178,13 +178,13 @@ func Identify(pod *corev1.Pod, lookup Lookup) Identity {
 		}
 		return Identity{
 			Gang: podGroupGangID(ns, name), Source: source, Namespace: ns, Name: name,
-			Role: RoleMember, Group: pod.Labels[schedulingv1alpha1.SubGroupLabel],
+			Role: RoleMember, Group: pod.Labels[names.LabelSubGroup],
 		}
 	}
 	if cluster, role := rayClusterOf(pod); cluster != "" {
 		return Identity{
 			Gang: rayGangID(ns, cluster), Source: SourceRayCluster, Namespace: ns, Name: cluster,
-			Role: role, Group: pod.Labels[rayGroupLabel],
+			Role: role, Group: pod.Labels[names.LabelRayGroup],
 		}
 	}
 	lone := Identity{Gang: model.GangID(PodID(pod)), Source: SourcePod, Namespace: ns, Name: pod.Name, Role: RoleMember}
@@ -203,22 +203,22 @@ func rayGangID(namespace, cluster string) model.GangID {
 }
 
 func podGroupName(pod *corev1.Pod) string {
-	return pod.Annotations[schedulingv1alpha1.PodGroupAnnotation]
+	return pod.Annotations[names.AnnotationPodGroup]
 }
 
 // rayClusterOf returns the RayCluster of a Ray head or worker pod and its role; an
 // empty name for other pods (including KubeRay's redis-cleanup pods).
 func rayClusterOf(pod *corev1.Pod) (string, Role) {
 	var role Role
-	switch pod.Labels[rayNodeTypeLabel] {
-	case rayHeadNodeType:
+	switch pod.Labels[names.LabelRayNodeType] {
+	case names.RayNodeTypeHead:
 		role = RoleHead
-	case rayWorkerNodeType:
+	case names.RayNodeTypeWorker:
 		role = RoleWorker
 	default:
 		return "", ""
 	}
-	if name := pod.Labels[rayClusterLabel]; name != "" {
+	if name := pod.Labels[names.LabelRayCluster]; name != "" {
 		return name, role
 	}
 	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "RayCluster" && strings.HasPrefix(ref.APIVersion, "ray.io/") {
@@ -234,7 +234,7 @@ func rayJobOfSubmitter(pod *corev1.Pod, lookup Lookup) *rayv1.RayJob {
 	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" && strings.HasPrefix(ref.APIVersion, "batch/") {
 		jobName = ref.Name
 	} else {
-		jobName = pod.Labels[jobNameLabel]
+		jobName = pod.Labels[names.LabelJobName]
 	}
 	if jobName == "" {
 		return nil

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // checkGang asserts what every gang must satisfy whatever its input: a minimum of at
@@ -63,9 +64,9 @@ func FuzzPodGroupSpec(f *testing.F) {
 	f.Add(int32(0), int32(0), int32(0), " 9999999999999999999 ", uint8(11), uint16(0x5555))
 	f.Fuzz(func(t *testing.T, minMember, sub1, sub2 int32, annotation string, n uint8, states uint16) {
 		sub := func(i int) podOption {
-			return func(p *corev1.Pod) { p.Labels[schedulingv1alpha1.SubGroupLabel] = []string{"a", "b", ""}[i%3] }
+			return func(p *corev1.Pod) { p.Labels[names.LabelSubGroup] = []string{"a", "b", ""}[i%3] }
 		}
-		withPG := fuzzPods(n, states, func(p *corev1.Pod) { p.Annotations[schedulingv1alpha1.PodGroupAnnotation] = "pg" })
+		withPG := fuzzPods(n, states, func(p *corev1.Pod) { p.Annotations[names.AnnotationPodGroup] = "pg" })
 		for i, p := range withPG {
 			sub(i)(p)
 		}
@@ -79,8 +80,8 @@ func FuzzPodGroupSpec(f *testing.F) {
 			}
 		}
 		annotated := fuzzPods(n, states, func(p *corev1.Pod) {
-			p.Annotations[schedulingv1alpha1.PodGroupAnnotation] = "adhoc"
-			p.Annotations[schedulingv1alpha1.MinMemberAnnotation] = annotation
+			p.Annotations[names.AnnotationPodGroup] = "adhoc"
+			p.Annotations[names.AnnotationMinMember] = annotation
 		})
 		for _, g := range Group(annotated, &StaticLookup{}) {
 			checkFuzzedGang(t, g, len(annotated))
@@ -110,14 +111,14 @@ func FuzzRayClusterSpec(f *testing.F) {
 				{GroupName: "gpu", Replicas: ptr.To(replicas), MinReplicas: ptr.To(minReplicas), NumOfHosts: hosts, Suspend: ptr.To(suspendGroup)},
 				{GroupName: "cpu", Replicas: ptr.To(replicas)},
 			}}}
-		pods := fuzzPods(n, states, func(p *corev1.Pod) { p.Labels[rayClusterLabel] = "rc" })
+		pods := fuzzPods(n, states, func(p *corev1.Pod) { p.Labels[names.LabelRayCluster] = "rc" })
 		for i, p := range pods {
 			if i == 0 {
-				p.Labels[rayNodeTypeLabel] = rayHeadNodeType
+				p.Labels[names.LabelRayNodeType] = names.RayNodeTypeHead
 				continue
 			}
-			p.Labels[rayNodeTypeLabel] = rayWorkerNodeType
-			p.Labels[rayGroupLabel] = []string{"gpu", "cpu"}[i%2]
+			p.Labels[names.LabelRayNodeType] = names.RayNodeTypeWorker
+			p.Labels[names.LabelRayGroup] = []string{"gpu", "cpu"}[i%2]
 		}
 		lookup, _ := NewStaticLookup(rc)
 		for _, g := range Group(pods, lookup) {
@@ -151,12 +152,12 @@ func FuzzRayClusterYAML(f *testing.F) {
 		}
 		rc.Namespace, rc.Name = ns, "rc"
 		pods := fuzzPods(n, 0, func(p *corev1.Pod) {
-			p.Labels[rayClusterLabel] = "rc"
-			p.Labels[rayNodeTypeLabel] = rayWorkerNodeType
+			p.Labels[names.LabelRayCluster] = "rc"
+			p.Labels[names.LabelRayNodeType] = names.RayNodeTypeWorker
 		})
 		for i, g := range rc.Spec.WorkerGroupSpecs {
 			if i < len(pods) {
-				pods[i].Labels[rayGroupLabel] = g.GroupName
+				pods[i].Labels[names.LabelRayGroup] = g.GroupName
 			}
 		}
 		lookup, _ := NewStaticLookup(&rc)
@@ -173,4 +174,34 @@ func loadSeedBytes(f *testing.F, file string) []byte {
 		f.Fatal(err)
 	}
 	return b
+}
+
+// FuzzServeConfigV2 reads any text as a RayService's serveConfigV2, and the same text
+// appended as another application after an engine that asks for 0.6. What must hold:
+// the start-free fraction is 0 or in (0, 1] (never NaN); an application that cannot be
+// read hides no other application's engine.
+func FuzzServeConfigV2(f *testing.F) {
+	f.Add("applications:\n- name: llms\n  args:\n    llm_configs:\n    - engine_kwargs:\n        gpu_memory_utilization: 0.75\n")
+	f.Add("applications:\n- args: 5\n")
+	f.Add("applications:\n- args:\n    llm_configs:\n    - engine_kwargs: {gpu_memory_utilization: \"0.5\"}\n")
+	f.Add("applications:\n- args:\n    llm_configs:\n    - engine_kwargs: {gpu_memory_utilization: .nan}\n")
+	f.Add(":::")
+	f.Add("5") // appended: the second application of findings 10
+	f.Fuzz(func(t *testing.T, doc string) {
+		u := ServeGPUMemoryUtilization(doc)
+		if u != 0 && !(u > 0 && u <= 1) {
+			t.Fatalf("serveConfigV2 %q: start-free fraction %v", doc, u)
+		}
+		if strings.ContainsAny(doc, "\n\r\t{}[]&*!|>'\"%@`#,") {
+			return // keep the appended application a plain YAML value
+		}
+		withEngine := "applications:\n- args:\n    llm_configs:\n    - engine_kwargs: {gpu_memory_utilization: 0.6}\n- args: " + doc + "\n"
+		var any map[string]any
+		if yaml.Unmarshal([]byte(withEngine), &any) != nil {
+			return // a document that is not YAML at all is unreadable whole
+		}
+		if got := ServeGPUMemoryUtilization(withEngine); got < 0.6 {
+			t.Fatalf("an application with args %q hides the engine asking 0.6: got %v", doc, got)
+		}
+	})
 }

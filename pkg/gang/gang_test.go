@@ -12,6 +12,7 @@ import (
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // wantGang is what a test expects of one gang; zero fields are checked too, except
@@ -117,7 +118,7 @@ func fmtBool(b *bool) string {
 func TestSeedRayCluster(t *testing.T) {
 	c := seedRayCluster(t)
 	name := c.Name
-	kai := label(KAIQueueLabel, "team-a") // KubeRay with batchScheduler.name=kai-scheduler
+	kai := label(names.LabelQueueKAI, "team-a") // KubeRay with batchScheduler.name=kai-scheduler
 	id := rayGangID(ns, name)
 	runGangCases(t, []gangCase{
 		{
@@ -223,13 +224,13 @@ func TestRayJobSubmitterIsNotAGangMember(t *testing.T) {
 	spec := rayv1.RayClusterSpec{WorkerGroupSpecs: []rayv1.WorkerGroupSpec{workerGroup("gpu", ptr.To[int32](2), ptr.To[int32](2), 1)}}
 	job := &rayv1.RayJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "train-job", Namespace: ns, Labels: map[string]string{
-			QueueLabel: "team-b", RayPriorityClassLabel: "train",
+			names.LabelQueue: "team-b", names.LabelRayPriorityClass: "train",
 		}},
 		Spec: rayv1.RayJobSpec{SubmissionMode: rayv1.K8sJobMode, RayClusterSpec: &spec},
 	}
 	cluster := clusterOf(job, "RayJob", "train-job-x7k2p", spec)
-	cluster.Labels = map[string]string{rayOriginCRDLabel: "RayJob", rayOriginNameLabel: job.Name}
-	submitter := pod("train-job-q9w8e", 10, ownedBy("batch/v1", "Job", job.Name), label(jobNameLabel, job.Name))
+	cluster.Labels = map[string]string{names.LabelRayOriginatedCRD: "RayJob", names.LabelRayOriginatedName: job.Name}
+	submitter := pod("train-job-q9w8e", 10, ownedBy("batch/v1", "Job", job.Name), label(names.LabelJobName, job.Name))
 	runGangCases(t, []gangCase{{
 		name:    "K8sJobMode",
 		objects: []any{job, cluster},
@@ -252,7 +253,7 @@ func TestRayJobSubmitterIsNotAGangMember(t *testing.T) {
 
 func TestRayClusterWithSeveralWorkerGroups(t *testing.T) {
 	cluster := &rayv1.RayCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "multi", Namespace: ns, Labels: map[string]string{QueueLabel: "research"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "multi", Namespace: ns, Labels: map[string]string{names.LabelQueue: "research"}},
 		Spec: rayv1.RayClusterSpec{WorkerGroupSpecs: []rayv1.WorkerGroupSpec{
 			workerGroup("cpu", ptr.To[int32](2), ptr.To[int32](3), 1),       // 2
 			workerGroup("multihost", ptr.To[int32](1), ptr.To[int32](2), 4), // 1 replica × 4 hosts
@@ -325,14 +326,14 @@ func TestExplicitAndLoneGangs(t *testing.T) {
 		},
 	}
 	member := func(group, name string, age int, opts ...podOption) *corev1.Pod {
-		base := []podOption{annotate(schedulingv1alpha1.PodGroupAnnotation, "trainer")}
+		base := []podOption{annotate(names.AnnotationPodGroup, "trainer")}
 		if group != "" {
-			base = append(base, label(schedulingv1alpha1.SubGroupLabel, group))
+			base = append(base, label(names.LabelSubGroup, group))
 		}
 		return pod(name, age, append(base, opts...)...)
 	}
 	adhoc := func(name string, opts ...podOption) *corev1.Pod {
-		return pod(name, 0, append([]podOption{annotate(schedulingv1alpha1.PodGroupAnnotation, "sweep")}, opts...)...)
+		return pod(name, 0, append([]podOption{annotate(names.AnnotationPodGroup, "sweep")}, opts...)...)
 	}
 	trainerID, sweepID := podGroupGangID(ns, "trainer"), podGroupGangID(ns, "sweep")
 	runGangCases(t, []gangCase{
@@ -378,7 +379,7 @@ func TestExplicitAndLoneGangs(t *testing.T) {
 			name:    "the pod's own queue label and priority class win over the PodGroup's",
 			objects: []any{trainer},
 			pods: []*corev1.Pod{
-				member("leader", "leader-0", 0, label(KAIQueueLabel, "team-b"), priorityClass("build")),
+				member("leader", "leader-0", 0, label(names.LabelQueueKAI, "team-b"), priorityClass("build")),
 				member("workers", "worker-0", 1), member("workers", "worker-1", 2),
 			},
 			want: map[model.GangID]wantGang{trainerID: {
@@ -389,8 +390,8 @@ func TestExplicitAndLoneGangs(t *testing.T) {
 		{
 			name: "annotation without a PodGroup: size from gantry.dev/min-member",
 			pods: []*corev1.Pod{
-				adhoc("sweep-0", annotate(schedulingv1alpha1.MinMemberAnnotation, "3"), label(QueueLabel, "team-a")),
-				adhoc("sweep-1", annotate(schedulingv1alpha1.MinMemberAnnotation, "many")),
+				adhoc("sweep-0", annotate(names.AnnotationMinMember, "3"), label(names.LabelQueue, "team-a")),
+				adhoc("sweep-1", annotate(names.AnnotationMinMember, "many")),
 			},
 			want: map[model.GangID]wantGang{sweepID: {
 				source: SourceAnnotation, minMember: 3, members: 2, queue: "team-a",
@@ -406,8 +407,8 @@ func TestExplicitAndLoneGangs(t *testing.T) {
 		{
 			name: "a lone pod is a gang of one named after it",
 			pods: []*corev1.Pod{
-				pod("solo", 0, label(KAIQueueLabel, "team-a"), priorityClass("build"), annotate(PreemptibleKey, "false")),
-				pod("redis-cleanup", 0, label(rayNodeTypeLabel, "redis-cleanup"), label(rayClusterLabel, "gone")),
+				pod("solo", 0, label(names.LabelQueueKAI, "team-a"), priorityClass("build"), annotate(names.LabelPreemptible, "false")),
+				pod("redis-cleanup", 0, label(names.LabelRayNodeType, "redis-cleanup"), label(names.LabelRayCluster, "gone")),
 			},
 			want: map[model.GangID]wantGang{
 				"default/solo": {
@@ -418,7 +419,7 @@ func TestExplicitAndLoneGangs(t *testing.T) {
 		},
 		{
 			name: "a Job pod whose name matches no RayJob is a plain pod",
-			pods: []*corev1.Pod{pod("etl-x1", 0, ownedBy("batch/v1", "Job", "etl"), label(jobNameLabel, "etl"))},
+			pods: []*corev1.Pod{pod("etl-x1", 0, ownedBy("batch/v1", "Job", "etl"), label(names.LabelJobName, "etl"))},
 			want: map[model.GangID]wantGang{"default/etl-x1": {source: SourcePod, minMember: 1, members: 1}},
 		},
 	})
@@ -426,10 +427,10 @@ func TestExplicitAndLoneGangs(t *testing.T) {
 
 func TestPreemptibleOverrides(t *testing.T) {
 	svc := seedRayService(t)
-	svc.Labels[PreemptibleKey] = "true"
+	svc.Labels[names.LabelPreemptible] = "true"
 	cluster := clusterOf(svc, "RayService", svc.Name+"-abcde", svc.Spec.RayClusterSpec)
 	bad := seedRayCluster(t)
-	bad.Annotations = map[string]string{PreemptibleKey: "maybe"}
+	bad.Annotations = map[string]string{names.LabelPreemptible: "maybe"}
 	runGangCases(t, []gangCase{
 		{
 			name:    "from the top owner's label",
@@ -443,7 +444,7 @@ func TestPreemptibleOverrides(t *testing.T) {
 		{
 			name:    "a pod's annotation wins over its owner's",
 			objects: []any{svc, cluster},
-			pods:    []*corev1.Pod{head(cluster.Name, annotate(PreemptibleKey, "false")), worker(cluster.Name, "gpu-group", "w", 1)},
+			pods:    []*corev1.Pod{head(cluster.Name, annotate(names.LabelPreemptible, "false")), worker(cluster.Name, "gpu-group", "w", 1)},
 			want: map[model.GangID]wantGang{rayGangID(ns, cluster.Name): {
 				source: SourceRayCluster, minMember: 2, members: 2, queue: "team-a", priorityClassName: "inference",
 				owner: "RayService/" + svc.Name, preemptible: ptr.To(false),

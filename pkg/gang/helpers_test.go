@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,8 +51,8 @@ func clusterOf(owner metav1.Object, kind, name string, spec rayv1.RayClusterSpec
 	for k, v := range owner.GetLabels() {
 		labels[k] = v
 	}
-	labels[rayOriginCRDLabel] = kind
-	labels[rayOriginNameLabel] = owner.GetName()
+	labels[names.LabelRayOriginatedCRD] = kind
+	labels[names.LabelRayOriginatedName] = owner.GetName()
 	return &rayv1.RayCluster{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: owner.GetNamespace(), Labels: labels,
@@ -81,7 +82,7 @@ func pod(name string, age int, opts ...podOption) *corev1.Pod {
 // rayPod is a pod as KubeRay creates it for a cluster: labels and controller reference.
 func rayPod(cluster, nodeType, group, name string, age int, opts ...podOption) *corev1.Pod {
 	base := []podOption{
-		label(rayClusterLabel, cluster), label(rayNodeTypeLabel, nodeType), label(rayGroupLabel, group),
+		label(names.LabelRayCluster, cluster), label(names.LabelRayNodeType, nodeType), label(names.LabelRayGroup, group),
 		label("ray.io/is-ray-node", "yes"),
 		ownedBy("ray.io/v1", "RayCluster", cluster),
 	}
@@ -116,7 +117,7 @@ func priorityClass(name string) podOption {
 	return func(p *corev1.Pod) { p.Spec.PriorityClassName = name }
 }
 
-func replica(name string) podOption { return label(rayReplicaNameLabel, name) }
+func replica(name string) podOption { return label(names.LabelRayReplicaName, name) }
 
 func ownedBy(apiVersion, kind, name string) podOption {
 	return func(p *corev1.Pod) {

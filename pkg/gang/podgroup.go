@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // buildPodGroup sizes a gang from its PodGroup: spec.minMember, which the sub-groups'
@@ -60,7 +61,7 @@ func buildAnnotated(g *Gang, members []Member, minimum map[*Member]bool) {
 	g.Owner = ""
 	want := 0
 	for _, m := range members {
-		raw, ok := m.Pod.Annotations[schedulingv1alpha1.MinMemberAnnotation]
+		raw, ok := m.Pod.Annotations[names.AnnotationMinMember]
 		if !ok {
 			continue
 		}
@@ -68,7 +69,7 @@ func buildAnnotated(g *Gang, members []Member, minimum map[*Member]bool) {
 		if err != nil || n < 1 {
 			g.Warnings = append(g.Warnings, fmt.Sprintf(
 				"pod %s: %s is %q, not a whole number of at least 1: set it to how many pods must start together",
-				m.ID, schedulingv1alpha1.MinMemberAnnotation, raw))
+				m.ID, names.AnnotationMinMember, raw))
 			continue
 		}
 		want = max(want, n)

@@ -3,6 +3,7 @@ package gang
 import (
 	"fmt"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -90,7 +91,7 @@ func pickWorkers(workers []*Member, replicas, hosts int, minimum map[*Member]boo
 	byReplica := map[string][]*Member{}
 	var order []string // replicas in the standing order of their best pod
 	for _, m := range workers {
-		name := m.Pod.Labels[rayReplicaNameLabel]
+		name := m.Pod.Labels[names.LabelRayReplicaName]
 		if name == "" {
 			return pick(workers, replicas*hosts, minimum)
 		}
@@ -117,7 +118,7 @@ func topOwnerOfCluster(cluster *rayv1.RayCluster, lookup Lookup) (metav1.Object,
 	if ref := metav1.GetControllerOf(cluster); ref != nil {
 		kind, name = ref.Kind, ref.Name
 	} else {
-		kind, name = cluster.Labels[rayOriginCRDLabel], cluster.Labels[rayOriginNameLabel]
+		kind, name = cluster.Labels[names.LabelRayOriginatedCRD], cluster.Labels[names.LabelRayOriginatedName]
 	}
 	switch kind {
 	case "RayJob":

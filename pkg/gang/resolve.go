@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // sources are what a gang's queue, priority class and preemptibility may come from
@@ -57,7 +58,7 @@ func resolveQueueAndPriority(g *Gang, from sources) {
 }
 
 func queueOf(labelSets []map[string]string) string {
-	for _, key := range []string{QueueLabel, KAIQueueLabel} {
+	for _, key := range []string{names.LabelQueue, names.LabelQueueKAI} {
 		for _, labels := range labelSets {
 			if v := labels[key]; v != "" {
 				return v
@@ -69,7 +70,7 @@ func queueOf(labelSets []map[string]string) string {
 
 func priorityClassOf(labelSets []map[string]string) string {
 	for _, labels := range labelSets {
-		for _, key := range []string{PriorityClassLabel, RayPriorityClassLabel} {
+		for _, key := range []string{names.LabelPriorityClass, names.LabelRayPriorityClass} {
 			if v := labels[key]; v != "" {
 				return v
 			}
@@ -82,14 +83,14 @@ func priorityClassOf(labelSets []map[string]string) string {
 // annotations; an unreadable value is reported in g.Warnings and ignored.
 func (g *Gang) preemptibleOf(o metav1.Object, who string) *bool {
 	for _, kv := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
-		raw, ok := kv[PreemptibleKey]
+		raw, ok := kv[names.LabelPreemptible]
 		if !ok {
 			continue
 		}
 		if b, ok := parseBool(raw); ok {
 			return &b
 		}
-		g.Warnings = append(g.Warnings, fmt.Sprintf("%s: %s is %q: set it to \"true\" or \"false\"", who, PreemptibleKey, raw))
+		g.Warnings = append(g.Warnings, fmt.Sprintf("%s: %s is %q: set it to \"true\" or \"false\"", who, names.LabelPreemptible, raw))
 	}
 	return nil
 }

@@ -20,6 +20,13 @@ func TestServeGPUMemoryUtilization(t *testing.T) {
 	if got := ServeGPUMemoryUtilization("applications:\n- import_path: app:main\n"); got != 0 {
 		t.Errorf("no LLM engine: %v, want 0", got)
 	}
+	two := "applications:\n- args:\n    llm_configs:\n    - engine_kwargs: {gpu_memory_utilization: 0.5}\n- name: other\n  args: 5\n"
+	if got := ServeGPUMemoryUtilization(two); got != 0.5 {
+		t.Errorf("an unreadable second application: %v, want the first's 0.5", got)
+	}
+	if got := ServeGPUMemoryUtilization("applications:\n- args:\n    llm_configs:\n    - engine_kwargs: {gpu_memory_utilization: \"0.4\"}\n"); got != 0.4 {
+		t.Errorf("a quoted number: %v, want 0.4 as vLLM reads it", got)
+	}
 	if got := ServeGPUMemoryUtilization(":::"); got != 0 {
 		t.Errorf("unreadable config: %v, want 0", got)
 	}

@@ -3,11 +3,16 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gantry-dev/gantry/pkg/placement"
 )
 
 // Config is the scheduler's policy file (--config). Unknown keys are an error, so a
@@ -80,7 +85,7 @@ func LoadConfig(path string) (Config, error) {
 	// "minRuntime", and a key that only looks right must not be accepted.
 	js, err := yaml.YAMLToJSON(b)
 	if err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
+		return cfg, fmt.Errorf("config %s: %w", path, finiteHint(err))
 	}
 	strictErrs, err := kjson.UnmarshalStrict(js, &cfg, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err == nil && len(strictErrs) > 0 {
@@ -89,7 +94,62 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers, defaultQueue, gangBelowMinimumGrace, incompleteGangTimeout)", path, err)
 	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
 	return cfg, nil
+}
+
+// finiteHint adds what to do to the error YAML's .nan and .inf give
+// ("json: unsupported value: NaN").
+func finiteHint(err error) error {
+	if strings.Contains(err.Error(), "unsupported value") {
+		return fmt.Errorf("%w: every number must be finite (no .nan or .inf)", err)
+	}
+	return err
+}
+
+// maxBindWorkers bounds bindWorkers: each is a goroutine with a connection's worth of
+// API calls in flight, and the API server's own limit on requests in flight (its
+// --max-requests-inflight, 400 by default) is far below it.
+const maxBindWorkers = 10000
+
+// Validate refuses values the scheduler would otherwise take silently (a negative
+// worker count replaced by the default, a negative minRuntime protecting nothing),
+// every problem at once, each saying what to write.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := placement.New(c.Policy); err != nil {
+		errs = append(errs, fmt.Errorf("policy: %w", err))
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+		def string
+	}{
+		{"minRuntime", c.MinRuntime.Duration, "0s, no protection"},
+		{"gangBelowMinimumGrace", c.GangBelowMinimumGrace.Duration, "10s"},
+		{"incompleteGangTimeout", c.IncompleteGangTimeout.Duration, "10m"},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: %s is negative: write a duration of 0s or more such as \"5m\", or leave it out for the default (%s)", d.key, d.v, d.def))
+		}
+	}
+	if c.EvictionQPS < 0 || math.IsNaN(float64(c.EvictionQPS)) || math.IsInf(float64(c.EvictionQPS), 0) {
+		errs = append(errs, fmt.Errorf("evictionQPS: %v: write a positive number of evictions per second, or leave it out for the default (10)", c.EvictionQPS))
+	}
+	if c.EvictionBurst < 0 {
+		errs = append(errs, fmt.Errorf("evictionBurst: %d is negative: write a positive whole number, or leave it out for the default (20)", c.EvictionBurst))
+	}
+	if c.BindWorkers < 0 || c.BindWorkers > maxBindWorkers {
+		errs = append(errs, fmt.Errorf("bindWorkers: %d: write a whole number from 1 to %d, or leave it out for the default (64)", c.BindWorkers, maxBindWorkers))
+	}
+	if c.DefaultQueue != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.DefaultQueue); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("defaultQueue: %q is not a Queue name: %s", c.DefaultQueue, strings.Join(msgs, "; ")))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // PreemptionEnabled is Preemption with its default.

@@ -43,3 +43,43 @@ func TestLoadConfigRejectsUnknownKeys(t *testing.T) {
 		}
 	}
 }
+
+// Values the scheduler would take silently are refused, each problem named with what
+// to write; zero stays "the default" and is accepted.
+func TestLoadConfigRefusesBadValues(t *testing.T) {
+	for _, tt := range []struct {
+		body string
+		want []string // parts of the error; none: accepted
+	}{
+		{"minRuntime: -5m\n", []string{"minRuntime: -5m0s is negative", "0s or more"}},
+		{"bindWorkers: -3\n", []string{"bindWorkers: -3", "from 1 to 10000"}},
+		{"bindWorkers: 1000000\n", []string{"bindWorkers: 1000000"}},
+		{"evictionQPS: -1\n", []string{"evictionQPS: -1", "positive number"}},
+		{"evictionBurst: -20\n", []string{"evictionBurst: -20 is negative"}},
+		{"gangBelowMinimumGrace: -1s\n", []string{"gangBelowMinimumGrace: -1s is negative"}},
+		{"incompleteGangTimeout: -10m\n", []string{"incompleteGangTimeout: -10m0s is negative"}},
+		{"policy: best-fit\n", []string{"policy:", "best-fit", "bestfit"}},
+		{"defaultQueue: Team A\n", []string{"defaultQueue: \"Team A\" is not a Queue name"}},
+		{"evictionQPS: .nan\n", []string{"finite"}},
+		{"minRuntime: -1m\nbindWorkers: -1\n", []string{"minRuntime", "bindWorkers"}}, // all at once
+		{"minRuntime: 0s\nbindWorkers: 0\nevictionQPS: 0\nevictionBurst: 0\n", nil},
+		{"policy: spread\nbindWorkers: 8\ndefaultQueue: team-a\nincompleteGangTimeout: 2m\n", nil},
+	} {
+		_, err := LoadConfig(writeConfig(t, tt.body))
+		if len(tt.want) == 0 {
+			if err != nil {
+				t.Errorf("config %q refused: %v", tt.body, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("config %q accepted, want an error with %q", tt.body, tt.want)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("config %q: error %q, want one containing %q", tt.body, err, w)
+			}
+		}
+	}
+}

@@ -3,13 +3,12 @@ package kube
 import (
 	"context"
 
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
-
-	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // ensureDefaultQueue creates the queue that pods with no queue label are charged to,
@@ -21,7 +20,7 @@ import (
 // that races another to create it takes AlreadyExists as success. Failure is logged,
 // not fatal: the scheduler works without it, charging such pods nowhere.
 func ensureDefaultQueue(ctx context.Context, dyn dynamic.Interface, name string) {
-	queues := dyn.Resource(names.QueueGVR)
+	queues := dyn.Resource(gvr.Queue)
 	if _, err := queues.Get(ctx, name, metav1.GetOptions{}); err == nil {
 		return
 	} else if !apierrors.IsNotFound(err) {
@@ -29,7 +28,7 @@ func ensureDefaultQueue(ctx context.Context, dyn dynamic.Interface, name string)
 		return
 	}
 	q := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": names.QueueGVR.GroupVersion().String(),
+		"apiVersion": gvr.Queue.GroupVersion().String(),
 		"kind":       "Queue",
 		"metadata": map[string]any{
 			"name": name,

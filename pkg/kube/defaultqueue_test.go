@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -11,29 +12,27 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
-
-	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 func fakeDynamic() *dynfake.FakeDynamicClient {
-	return dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{names.QueueGVR: "QueueList"})
+	return dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr.Queue: "QueueList"})
 }
 
 func TestDefaultQueueIsCreatedOnceAndLeftAlone(t *testing.T) {
 	dyn := fakeDynamic()
 	ctx := context.Background()
 	ensureDefaultQueue(ctx, dyn, "default")
-	q, err := dyn.Resource(names.QueueGVR).Get(ctx, "default", metav1.GetOptions{})
+	q, err := dyn.Resource(gvr.Queue).Get(ctx, "default", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the default queue was not created: %v", err)
 	}
 	// An operator's own spec is kept: a second start does not overwrite it.
 	_ = unstructured.SetNestedField(q.Object, "Mine", "spec", "displayName")
-	if _, err := dyn.Resource(names.QueueGVR).Update(ctx, q, metav1.UpdateOptions{}); err != nil {
+	if _, err := dyn.Resource(gvr.Queue).Update(ctx, q, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ensureDefaultQueue(ctx, dyn, "default")
-	q, _ = dyn.Resource(names.QueueGVR).Get(ctx, "default", metav1.GetOptions{})
+	q, _ = dyn.Resource(gvr.Queue).Get(ctx, "default", metav1.GetOptions{})
 	if got, _, _ := unstructured.NestedString(q.Object, "spec", "displayName"); got != "Mine" {
 		t.Fatalf("displayName = %q after a restart, want the operator's", got)
 	}
@@ -44,7 +43,7 @@ func TestDefaultQueueRaceIsTolerated(t *testing.T) {
 	creates := 0
 	dyn.PrependReactor("create", "queues", func(k8stesting.Action) (bool, runtime.Object, error) {
 		creates++
-		return true, nil, apierrors.NewAlreadyExists(names.QueueGVR.GroupResource(), "default")
+		return true, nil, apierrors.NewAlreadyExists(gvr.Queue.GroupResource(), "default")
 	})
 	ensureDefaultQueue(context.Background(), dyn, "default") // must not panic or fail
 	if creates != 1 {

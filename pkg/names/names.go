@@ -1,33 +1,28 @@
-// Package names is the one home of every name Gantry reads or writes on Kubernetes
-// objects: labels, annotations, the DRA driver, condition types and reasons, Event
-// reasons, and the API resources it watches (derived from pkg/apis, never retyped).
-//
-// It imports only API types. Everything else imports it; a name written twice is a
-// name that can drift.
 package names
 
-import (
-	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
-	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-
-	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
-	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
-)
-
-// DRA.
+// API groups and the DRA driver.
 const (
+	// GroupScheduling is the API group of Queues and PodGroups.
+	GroupScheduling = "scheduling.gantry.dev"
+	// GroupGPU is the API group of GPUNodes; the DRA driver and DeviceClass share it.
+	GroupGPU = "gpu.gantry.dev"
 	// DriverName is Gantry's DRA driver and DeviceClass (the node agent's).
-	DriverName = gpuv1alpha1.GroupName
+	DriverName = GroupGPU
 	// MemoryCapacity is the consumable capacity of a gpu.gantry.dev device.
 	MemoryCapacity = "memory"
+	// TaintUnhealthy and TaintStale are the device taints the node agent sets on a
+	// GPU that failed its health check, and on every GPU of a node whose inventory
+	// could not be refreshed.
+	TaintUnhealthy = DriverName + "/unhealthy"
+	TaintStale     = DriverName + "/stale"
 )
 
 // Pod annotations and resources Gantry reads for a pod's GPU demand (DESIGN.md, "How
-// a pod's GPU demand is known").
+// a pod's GPU demand is known"), and what it writes on a bound pod.
 const (
-	// ExtendedGPUResource is the device plugin's whole-GPU resource.
-	ExtendedGPUResource corev1.ResourceName = "nvidia.com/gpu"
+	// ExtendedGPUResource is the device plugin's whole-GPU resource (a
+	// corev1.ResourceName; untyped so that this package imports nothing).
+	ExtendedGPUResource = "nvidia.com/gpu"
 	// AnnotationGPUMemory asks for a share of that much memory on each GPU: a
 	// quantity ("20Gi"), or a plain number of MiB ("20480"), as in KAI Scheduler.
 	AnnotationGPUMemory = "gantry.dev/gpu-memory"
@@ -39,26 +34,56 @@ const (
 	// "INDEX[:BYTES],…" (no BYTES for a whole GPU). The scheduler sets it through the
 	// Binding, so it lands atomically with spec.nodeName and survives restarts.
 	AnnotationGPUs = "gantry.dev/gpus"
-	// AnnotationPodGroup and AnnotationMinMember make pods a gang (docs/gangs.md).
-	AnnotationPodGroup  = schedulingv1alpha1.PodGroupAnnotation
-	AnnotationMinMember = schedulingv1alpha1.MinMemberAnnotation
 )
 
-// Labels.
+// Gangs (docs/gangs.md).
 const (
-	// LabelQueue charges a pod (or its owner) to a leaf queue; LabelQueueKAI is
-	// KAI Scheduler's, read as an alias.
-	LabelQueue    = "gantry.dev/queue"
+	// AnnotationPodGroup on a pod names its gang: the PodGroup of that name in the
+	// pod's namespace, or, when no such PodGroup exists, an ad-hoc gang of all pods
+	// that carry the same value.
+	AnnotationPodGroup = "gantry.dev/pod-group"
+	// AnnotationMinMember on a pod of an ad-hoc gang says how many pods must start
+	// together. A PodGroup's spec.minMember wins over it.
+	AnnotationMinMember = "gantry.dev/min-member"
+	// LabelSubGroup on a pod names its sub-group of the PodGroup.
+	LabelSubGroup = "gantry.dev/sub-group"
+)
+
+// Queues, priority and preemptibility, on a pod or on its owner.
+const (
+	// LabelQueue charges a pod (or its owner) to a leaf queue.
+	LabelQueue = "gantry.dev/queue"
+	// LabelQueueKAI is KAI Scheduler's queue label, read as an alias of LabelQueue.
+	// KubeRay copies it from the Ray object to every pod when installed with
+	// batchScheduler.name=kai-scheduler.
 	LabelQueueKAI = "kai.scheduler/queue"
-	// LabelPreemptible ("true"/"false") overrides a priority class's
-	// preemptibility, on a PriorityClass or on a gang's owner.
+	// LabelPriorityClass and LabelRayPriorityClass name a priority class on a pod
+	// or its owner, as KubeRay manifests do.
+	LabelPriorityClass    = "priorityClassName"
+	LabelRayPriorityClass = "ray.io/priority-class-name"
+	// LabelPreemptible, as a label or annotation set to "true" or "false",
+	// overrides whether the priority class is preemptible (on a PriorityClass, a
+	// pod or a gang's owner).
 	LabelPreemptible = "gantry.dev/preemptible"
-	// LabelSubGroup puts a pod in a PodGroup sub-group.
-	LabelSubGroup = schedulingv1alpha1.SubGroupLabel
+)
+
+// Other projects' labels Gantry reads.
+const (
 	// LabelGFDProduct and LabelGFDMemory (MiB) are GPU Feature Discovery's, read on
 	// nodes without the node agent.
 	LabelGFDProduct = "nvidia.com/gpu.product"
 	LabelGFDMemory  = "nvidia.com/gpu.memory"
+	// KubeRay's pod labels (ray-operator/controllers/ray/utils/constant.go), spelled
+	// out because that package pulls in the whole operator.
+	LabelRayCluster        = "ray.io/cluster"
+	LabelRayNodeType       = "ray.io/node-type"
+	LabelRayGroup          = "ray.io/group"
+	LabelRayReplicaName    = "ray.io/worker-group-replica-name"
+	LabelRayOriginatedCRD  = "ray.io/originated-from-crd"
+	LabelRayOriginatedName = "ray.io/originated-from-cr-name"
+	RayNodeTypeHead        = "head"
+	RayNodeTypeWorker      = "worker"
+	LabelJobName           = "batch.kubernetes.io/job-name"
 )
 
 // Conditions and reasons Gantry writes.
@@ -66,14 +91,55 @@ const (
 	// ReasonPreemptionByScheduler is the reason of the DisruptionTarget condition on
 	// a victim.
 	ReasonPreemptionByScheduler = "PreemptionByScheduler"
-	// ConditionPodGroupScheduled and ConditionPodGroupPreempted are PodGroup
-	// condition types; ConditionQueueValid a Queue's.
-	ConditionPodGroupScheduled = schedulingv1alpha1.PodGroupConditionScheduled
-	ConditionPodGroupPreempted = schedulingv1alpha1.PodGroupConditionPreempted
-	ConditionQueueValid        = schedulingv1alpha1.QueueConditionValid
-	// ConditionGangIncomplete is set (PodGroup condition and pod Event reason) on a
-	// gang that has waited too long for members that do not exist.
+	// ConditionGangIncomplete is the reason of a pod's PodScheduled=False condition,
+	// and of its Event, once its gang has waited longer than allowed for members
+	// that do not exist; its PodGroup says the same (ReasonPodGroupIncomplete).
 	ConditionGangIncomplete = "GangIncomplete"
+)
+
+// PodGroup condition types and reasons.
+const (
+	// ConditionPodGroupScheduled is True once minMember pods are placed together.
+	ConditionPodGroupScheduled = "Scheduled"
+	// ConditionPodGroupPreempted is True after the gang was evicted to make room for
+	// higher-priority work; its message says by whom.
+	ConditionPodGroupPreempted = "Preempted"
+
+	// ReasonPodGroupScheduled: the minimum is placed.
+	ReasonPodGroupScheduled = "Scheduled"
+	// ReasonPodGroupWaitingForPods: fewer than minMember pods exist yet; the message
+	// says "waiting for N of M pods to be created".
+	ReasonPodGroupWaitingForPods = "WaitingForPods"
+	// ReasonPodGroupUnschedulable: the pods exist but do not fit together.
+	ReasonPodGroupUnschedulable = "Unschedulable"
+	// ReasonPodGroupQueueNotFound: the queue the gang is charged to does not exist.
+	ReasonPodGroupQueueNotFound = "QueueNotFound"
+	// ReasonPodGroupQueueNotLeaf: the queue has child queues; gangs go to leaf
+	// queues.
+	ReasonPodGroupQueueNotLeaf = "QueueNotLeaf"
+	// ReasonPodGroupOverQueueLimit: starting the gang would take its queue (or a
+	// parent) past a limit.
+	ReasonPodGroupOverQueueLimit = "OverQueueLimit"
+	// ReasonPodGroupPreempted: the gang was evicted for higher-priority work.
+	ReasonPodGroupPreempted = "Preempted"
+	// ReasonPodGroupIncomplete: the gang waited longer than allowed for members
+	// that do not exist (the scheduler's incompleteGangTimeout).
+	ReasonPodGroupIncomplete = ConditionGangIncomplete
+)
+
+// Queue condition types and reasons.
+const (
+	// ConditionQueueValid is False while the queue cannot be placed in the tree.
+	ConditionQueueValid = "Valid"
+	// ConditionQueueOverQuota is True while the queue uses more than its quota of
+	// some resource (it borrows spare capacity, which may be reclaimed).
+	ConditionQueueOverQuota = "OverQuota"
+
+	ReasonQueueValid          = "Valid"
+	ReasonQueueParentNotFound = "ParentNotFound"
+	ReasonQueueParentCycle    = "ParentCycle"
+	ReasonQueueWithinQuota    = "WithinQuota"
+	ReasonQueueBorrowing      = "Borrowing"
 )
 
 // Event reasons.
@@ -86,20 +152,7 @@ const (
 	EventGangBelowMinimum = "GangBelowMinimum"
 	// EventGangIncomplete: a gang waited longer than allowed for missing members.
 	EventGangIncomplete = "GangIncomplete"
-)
-
-// Finalizers: Gantry sets none. A scheduler that dies must not leave objects that
-// cannot be deleted; what it must remember is on the objects themselves
-// (AnnotationGPUs, claim allocations).
-
-// API resources the scheduler watches, derived from the API packages.
-var (
-	QueueGVR      = schedulingv1alpha1.SchemeGroupVersion.WithResource("queues")
-	PodGroupGVR   = schedulingv1alpha1.SchemeGroupVersion.WithResource("podgroups")
-	GPUNodeGVR    = gpuv1alpha1.SchemeGroupVersion.WithResource("gpunodes")
-	RayClusterGVR = rayv1.GroupVersion.WithResource("rayclusters")
-	RayJobGVR     = rayv1.GroupVersion.WithResource("rayjobs")
-	RayServiceGVR = rayv1.GroupVersion.WithResource("rayservices")
-	// ResourceGroupVersion is the DRA API the scheduler reads (resource.k8s.io/v1).
-	ResourceGroupVersion = resourceapi.SchemeGroupVersion
+	// EventGPUShareConflict (Warning, once per pod): the pod's GPU share and its
+	// engine's gpu_memory_utilization contradict; it is booked for the larger.
+	EventGPUShareConflict = "GPUShareConflict"
 )

@@ -49,6 +49,10 @@ type Request struct {
 	// cheapest first, until WithinLimit reports that the gang fits under the limit with
 	// those victims gone, and then searches for room from there.
 	WithinLimit func(victims []*model.Pod) bool
+	// LimitQueue is the queue whose limit WithinLimit waits to get under: the gang's
+	// own, or an ancestor. Under an ancestor's limit, work that the reclaim rules let
+	// the gang take from other queues below that ancestor counts too.
+	LimitQueue string
 	// Released are pods whose eviction an earlier search of the same cycle already
 	// decided: their room is promised to that preemptor (and booked for it in View),
 	// so they are never victims again, and count as leaving as terminating pods do.
@@ -151,7 +155,7 @@ func underLimit(req Request, p preemptor, units []*unit) ([]*unit, error) {
 	var chosen []*unit
 	var pods []*model.Pod
 	for _, u := range units {
-		if u.kind != KindPreempt {
+		if u.kind != KindPreempt && !(u.kind == KindReclaim && req.underLimitQueue(u.gang.Queue)) {
 			continue
 		}
 		chosen = normalize(append(chosen, u))
@@ -163,8 +167,21 @@ func underLimit(req Request, p preemptor, units []*unit) ([]*unit, error) {
 			return chosen, nil
 		}
 	}
+	if req.underLimitQueue(p.queue) {
+		return nil, fmt.Errorf("%w: %s: queue %s is at its limit, and evicting all the work below it that the gang may take (%d gangs) would not bring it under",
+			ErrNoVictims, p.describe(), req.LimitQueue, len(chosen))
+	}
 	return nil, fmt.Errorf("%w: %s: its queue is at its limit, and evicting all the lower-priority work of the queue (%d) would not bring it under",
 		ErrNoVictims, p.describe(), len(chosen))
+}
+
+// underLimitQueue says whether queue is below LimitQueue, when that is an ancestor
+// of the gang's queue.
+func (req *Request) underLimitQueue(queue string) bool {
+	if req.LimitQueue == "" || req.Shares == nil || req.Gang == nil || req.LimitQueue == req.Gang.Queue {
+		return false
+	}
+	return slices.Contains(req.Shares.PathUp(queue), req.LimitQueue)
 }
 
 func (req *Request) validate() error {

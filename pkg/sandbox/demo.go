@@ -12,12 +12,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/gantry-dev/gantry/pkg/controlplane"
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 )
 
 // The seed's object names.
@@ -109,7 +110,7 @@ func Demo(ctx context.Context, cfg *rest.Config, o DemoOptions) (*Outcome, error
 	if err != nil {
 		return out, err
 	}
-	rs := schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayservices"}
+	rs := gvr.RayService
 	if err := dyn.Resource(rs).Namespace(o.Namespace).Delete(ctx, inferenceName, metav1.DeleteOptions{}); err != nil {
 		return out, fmt.Errorf("delete RayService: %w", err)
 	}
@@ -197,7 +198,7 @@ func (d *demo) report(ps []corev1.Pod) {
 				d.event("%s waits: %s", p.Name, msg)
 			}
 		case "bound":
-			gpus := p.Annotations["gantry.dev/gpus"]
+			gpus := p.Annotations[names.AnnotationGPUs]
 			if gpus != "" {
 				gpus = ", GPU " + gpus
 			}
@@ -249,7 +250,7 @@ func (d *demo) table() {
 		if node == "" {
 			node = "<none>"
 		}
-		fmt.Fprintf(tw, "   %s\t%s\t%s\t%s\n", p.Name, status, node, p.Annotations["gantry.dev/gpus"])
+		fmt.Fprintf(tw, "   %s\t%s\t%s\t%s\n", p.Name, status, node, p.Annotations[names.AnnotationGPUs])
 	}
 	tw.Flush()
 }

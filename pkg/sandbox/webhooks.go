@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/webhook"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	"github.com/gantry-dev/gantry/pkg/kube"
 )
 
 // RegisterWebhooks points the API server at the scheduler's webhooks served at
@@ -23,8 +23,8 @@ func RegisterWebhooks(ctx context.Context, client kubernetes.Interface, baseURL 
 		ObjectMeta: metav1.ObjectMeta{Name: "gantry-queues"},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:                    "queues.scheduling.gantry.dev",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(baseURL + kube.ValidateQueuePath), CABundle: caPEM},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{rule([]string{"scheduling.gantry.dev"}, []string{"queues"}, admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete)},
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(baseURL + webhook.ValidateQueuePath), CABundle: caPEM},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{rule([]string{names.GroupScheduling}, []string{"queues"}, admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete)},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			SideEffects:             &none,
 			AdmissionReviewVersions: []string{"v1"},
@@ -35,7 +35,7 @@ func RegisterWebhooks(ctx context.Context, client kubernetes.Interface, baseURL 
 		ObjectMeta: metav1.ObjectMeta{Name: "gantry-pods"},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    "pods.gantry.dev",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(baseURL + kube.DefaultPodPath), CABundle: caPEM},
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(baseURL + webhook.DefaultPodPath), CABundle: caPEM},
 			Rules:                   []admissionregistrationv1.RuleWithOperations{rule([]string{""}, []string{"pods"}, admissionregistrationv1.Create)},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 			SideEffects:             &none,

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
@@ -54,10 +55,22 @@ func (c *cycle) mayPreempt(w *work) bool {
 	return gpu.Allocated < gpu.FairShare || belowQuota
 }
 
-// withinLimit says whether the queue takes amounts within its limits once the
-// victims are gone.
-func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts) func([]*model.Pod) bool {
-	return func(victims []*model.Pod) bool {
+// limitGate is a queue limit a preemptor must get under: within says whether the
+// queue takes the preemptor's amounts within its limits once the victims are gone;
+// queue is the queue whose limit blocks (the preemptor's own, or an ancestor).
+type limitGate struct {
+	within func([]*model.Pod) bool
+	queue  string
+}
+
+// withinLimit is the gate of the limit overLimit reports.
+func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts, overLimit error) *limitGate {
+	gate := &limitGate{queue: queue}
+	var le *fairshare.LimitError
+	if errors.As(overLimit, &le) {
+		gate.queue = le.Queue
+	}
+	gate.within = func(victims []*model.Pod) bool {
 		for _, v := range victims {
 			c.shares.Release(c.snap.QueueOf(v.Queue), boundAmounts(c.snap, v))
 		}
@@ -67,6 +80,7 @@ func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts) func([]*mod
 		}
 		return err == nil
 	}
+	return gate
 }
 
 // reserveNominated keeps for a nominated gang what its victims, still terminating,
@@ -79,6 +93,38 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 	if len(leaving) == 0 {
 		return false
 	}
+	if !c.bookOnceGone(w, leaving, amounts) {
+		c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", len(leaving)))
+		return true
+	}
+	c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate; their room is kept for this gang", len(leaving)))
+	return true
+}
+
+// keepRoom books, for a nominated gang the caller skips this cycle, the room it was
+// promised: where it fits once the victims terminating on its nominated nodes are
+// gone, or where it fits now. Nothing is bound or reported for it; the room is only
+// kept from the gangs that come after it, which would otherwise find the cluster full
+// and search victims again (a live burst evicted a third gang for 8 one-GPU services
+// this way, issue 19).
+func (c *cycle) keepRoom(w *work) {
+	amounts := podsAmounts(w.core)
+	leaving := terminatingOnNominatedNodes(c.snap, w.core)
+	if len(leaving) > 0 {
+		c.bookOnceGone(w, leaving, amounts)
+		return
+	}
+	if placements, unsched := c.s.Placer.PlaceGang(c.view, w.core); unsched == nil {
+		for i, pl := range placements {
+			c.view.Assign(w.core[i], pl)
+		}
+		c.allocate(w.gang, amounts)
+	}
+}
+
+// bookOnceGone places w's core on a view where leaving are gone and, if it fits,
+// releases them in the cycle's view and books w there. It reports whether w fit.
+func (c *cycle) bookOnceGone(w *work, leaving []*model.Pod, amounts fairshare.Amounts) bool {
 	fork := c.view.Fork()
 	for _, p := range leaving {
 		if !c.released[p.ID] { // another nominated gang released it in this cycle
@@ -87,8 +133,7 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 	}
 	placements, unsched := c.s.Placer.PlaceGang(fork, w.core)
 	if unsched != nil {
-		c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", len(leaving)))
-		return true
+		return false
 	}
 	for _, p := range leaving {
 		if c.released[p.ID] {
@@ -106,14 +151,13 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 		c.view.Assign(w.core[i], pl)
 	}
 	c.allocate(w.gang, amounts)
-	c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate; their room is kept for this gang", len(leaving)))
 	return true
 }
 
 // preempt searches victims for pods of w (its core, or one elastic member) and
 // records the evictions and the nomination; when there are none, w is left pending
 // with kind and why. It reports whether it nominated.
-func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, kind PendingKind, why string, withinLimit func([]*model.Pod) bool) bool {
+func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, kind PendingKind, why string, limit *limitGate) bool {
 	s, snap, view, shares, plan := c.s, c.snap, c.view, c.shares, c.plan
 	elastic := len(w.core) == 0 || pods[0].Elastic
 	if c.searches >= maxPreemptionSearches {
@@ -123,11 +167,15 @@ func (c *cycle) preempt(w *work, pods []*model.Pod, amounts fairshare.Amounts, k
 		return false
 	}
 	c.searches++
-	res, err := preempt.Find(preempt.Request{
+	req := preempt.Request{
 		Gang: w.gang, Pods: pods, Snapshot: snap, View: view, Placer: s.Placer, Shares: shares,
 		Now: snap.Now, MinRuntimeSeconds: s.Config.MinRuntimeSeconds,
-		ReclaimOnly: elastic, WithinLimit: withinLimit, Released: c.released,
-	})
+		ReclaimOnly: elastic, Released: c.released,
+	}
+	if limit != nil {
+		req.WithinLimit, req.LimitQueue = limit.within, limit.queue
+	}
+	res, err := preempt.Find(req)
 	if err == nil && len(res.Victims) == 0 {
 		err = fmt.Errorf("the search placed the gang without victims, which this cycle could not")
 	}

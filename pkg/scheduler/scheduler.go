@@ -40,6 +40,20 @@ type Plan struct {
 	Pending []Pending
 	// Preemptions are the decisions behind Evictions, one per preemptor, to log.
 	Preemptions []Preemption
+	// Withdrawn are nominations this cycle ended: the gang could use neither the room
+	// kept for it nor any other (its victims are gone and it still does not fit, or
+	// its queue now refuses it). Its pods' nominated node is to be cleared; the gang
+	// waits in queue order like any other, and may preempt again. A gang nominated
+	// again in the same cycle is not listed.
+	Withdrawn []Withdrawal
+}
+
+// Withdrawal is one gang's nomination that ended without a bind.
+type Withdrawal struct {
+	Gang model.GangID
+	// Pods are the gang's pending pods that had a nominated node.
+	Pods   []model.PodID
+	Reason string
 }
 
 // GangBind is one gang's placements, bound together.
@@ -119,6 +133,9 @@ type work struct {
 	extra []*model.Pod
 	// nominated is true when an earlier cycle evicted for this gang.
 	nominated bool
+	// held is true for a nominated gang the caller asked to skip: it is neither placed
+	// nor reported, but the room promised to it is kept (keepRoom).
+	held bool
 }
 
 // Schedule runs one cycle over snap. It does not modify snap: decisions are made on a
@@ -147,13 +164,32 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 
 	var elastic []*work
 	// What a preemption freed is kept for the gang it was freed for: nominated gangs
-	// go before every queue, so no other gang, of any queue, takes it first.
+	// go before every queue, so no other gang, of any queue, takes it first. They go
+	// first only to bind, or to wait for their victims; a nomination that serves for
+	// neither ends here, and the gang takes its turn in queue order.
 	for _, w := range nominated {
+		if w.held {
+			c.keepRoom(w) // skipped by the caller: neither placed nor reported, its room kept
+			continue
+		}
+		var done, kept bool
+		var why string
+		if len(w.core) == 0 {
+			done, kept, why = c.placeNominatedElastic(w)
+		} else {
+			done, kept, why = c.placeNominated(w)
+		}
 		switch {
-		case len(w.core) == 0:
-			c.placeElastic(w) // members above the minimum, nominated: theirs first too
-		case c.placeGang(w):
+		case done:
 			elastic = append(elastic, w)
+		case !kept:
+			c.withdraw(w, why)
+			if _, ok := byQueue[w.gang.Queue]; !ok {
+				queueNames = append(queueNames, w.gang.Queue)
+				sort.Strings(queueNames)
+			}
+			byQueue[w.gang.Queue] = append(byQueue[w.gang.Queue], w)
+			sort.SliceStable(byQueue[w.gang.Queue], func(i, j int) bool { return before(byQueue[w.gang.Queue][i], byQueue[w.gang.Queue][j]) })
 		}
 	}
 	// Queue-fair order: after every gang, the queue furthest below its share goes next.
@@ -177,6 +213,7 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 	for _, w := range elastic {
 		c.placeElastic(w)
 	}
+	plan.keepRenominated()
 	return plan
 }
 
@@ -188,6 +225,12 @@ func (c *cycle) admit(skip func(model.GangID) bool, queueErr error) (nominated [
 	byQueue = map[string][]*work{}
 	for _, w := range pendingWork(snap) {
 		if skip != nil && skip(w.gang.ID) {
+			// A skipped preemptor still owns the room its victims free: kept, or the
+			// next gang that does not fit would evict again for it (issue 19).
+			if w.nominated && len(w.core) > 0 {
+				w.held = true
+				nominated = append(nominated, w)
+			}
 			continue
 		}
 		if w.gang.Missing != "" {
@@ -249,17 +292,12 @@ type cycle struct {
 // placeGang places w's core members, or preempts for them, or records why not.
 // It reports whether the gang's minimum is now placed.
 func (c *cycle) placeGang(w *work) bool {
-	s, view, shares, plan := c.s, c.view, c.shares, c.plan
+	s, view, plan := c.s, c.view, c.plan
 	amounts := podsAmounts(w.core)
-	var overLimit error
-	if shares != nil && w.gang.Queue != "" {
-		if !w.gang.Preemptible {
-			if err := shares.WouldExceedQuota(w.gang.Queue, amounts); err != nil {
-				plan.pend(w, PendingQueueQuota, err.Error())
-				return false
-			}
-		}
-		overLimit = shares.WouldExceedLimit(w.gang.Queue, amounts)
+	overQuota, overLimit := c.queueRefusal(w, amounts)
+	if overQuota != nil {
+		plan.pend(w, PendingQueueQuota, overQuota.Error())
+		return false
 	}
 	if overLimit == nil {
 		placements, unsched := s.Placer.PlaceGang(view, w.core)
@@ -282,13 +320,27 @@ func (c *cycle) placeGang(w *work) bool {
 		return false
 	}
 	// At its limit, the gang may still take the place of lower-priority work of its
-	// own queue.
-	if !c.s.Config.Preemption || !c.anyVictim || w.gang.Priority <= c.floor {
+	// own queue, and under an ancestor's limit, reclaim within that ancestor.
+	if !c.mayPreempt(w) {
 		plan.pend(w, PendingQueueLimit, overLimit.Error())
 		return false
 	}
-	c.preempt(w, w.core, amounts, PendingQueueLimit, overLimit.Error(), c.withinLimit(w.gang.Queue, amounts))
+	c.preempt(w, w.core, amounts, PendingQueueLimit, overLimit.Error(), c.withinLimit(w.gang.Queue, amounts, overLimit))
 	return false
+}
+
+// queueRefusal says whether the gang's queue refuses amounts: past its quota for
+// non-preemptible work (on the leaf or an ancestor), or past a limit.
+func (c *cycle) queueRefusal(w *work, amounts fairshare.Amounts) (overQuota, overLimit error) {
+	if c.shares == nil || w.gang.Queue == "" {
+		return nil, nil
+	}
+	if !w.gang.Preemptible {
+		if err := c.shares.WouldExceedQuota(w.gang.Queue, amounts); err != nil {
+			return err, nil
+		}
+	}
+	return nil, c.shares.WouldExceedLimit(w.gang.Queue, amounts)
 }
 
 // allocate charges amounts to the gang's queue for the rest of the cycle.
@@ -307,7 +359,13 @@ func (c *cycle) allocate(g *model.Gang, amounts fairshare.Amounts) {
 // never past a queue limit. A member that does not fit may reclaim from other queues
 // while its queue stays within its quota: members above a minimum count toward the
 // guarantee too.
-func (c *cycle) placeElastic(w *work) {
+func (c *cycle) placeElastic(w *work) { c.placeElasticMembers(w, true) }
+
+// placeElasticMembers is placeElastic; without mayReclaim a member that does not fit
+// stops the gang's turn without a victim search. It reports whether any member was
+// placed, and whether one waits for victims still terminating (waiting) or for pods
+// evicted in this cycle (nominated again).
+func (c *cycle) placeElasticMembers(w *work, mayReclaim bool) (placedAny, waiting bool) {
 	s, view, shares, plan := c.s, c.view, c.shares, c.plan
 	var placed []placement.Placement
 	for _, p := range w.extra {
@@ -318,14 +376,16 @@ func (c *cycle) placeElastic(w *work) {
 		pl, unsched := s.Placer.PlacePod(view, p)
 		if unsched != nil {
 			if len(terminatingOnNominatedNodes(c.snap, []*model.Pod{p})) > 0 {
+				waiting = true
 				break // its victims are still going
 			}
-			if c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.anyVictim {
+			if mayReclaim && c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.anyVictim {
 				c.preempt(w, []*model.Pod{p}, amounts, PendingNoFit, unsched.Message, nil)
 			}
 			break
 		}
 		if c.takesReleasedGPU([]placement.Placement{pl}) {
+			waiting = true
 			break // evicted this cycle: bindable once the victims are gone
 		}
 		view.Assign(p, pl)
@@ -335,6 +395,7 @@ func (c *cycle) placeElastic(w *work) {
 	if len(placed) > 0 {
 		plan.Binds = append(plan.Binds, GangBind{Gang: w.gang.ID, Placements: placed, Elastic: true})
 	}
+	return len(placed) > 0, waiting
 }
 
 func (s *Scheduler) nextQueue(shares *fairshare.Shares, names []string) string {

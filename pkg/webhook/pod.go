@@ -11,6 +11,9 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // PodDefaulter is the http.Handler of a mutating webhook for pods that sets, for every
@@ -19,8 +22,17 @@ import (
 // ("Limit must be set for non overcommitable resources"), so a manifest written that
 // way, such as the KAI walkthrough's RayCluster worker, could never create its pod.
 //
+// It also refuses a pod whose GPU annotations the scheduler could never read
+// (gantry.dev/gpu-fraction "NaN", a negative gantry.dev/gpu-memory or one in an
+// unknown unit, both set at once, a gantry.dev/gpus booking with unreadable entries):
+// the scheduler would hold it back with the same words (or, for a booking, ignore
+// it), but a pod refused at admission tells whoever created it at once, with what to
+// write instead. Both read the annotations with the same functions
+// (cache.AnnotatedDemand, cache.ParseGPUs).
+//
 // It only ever adds a missing limit; it never changes a value a user wrote, and it
-// must be registered with failurePolicy: Ignore so that an outage blocks no pod.
+// must be registered with failurePolicy: Ignore so that an outage blocks no pod (the
+// scheduler still refuses to place a pod with a bad annotation, with a reason).
 type PodDefaulter struct{}
 
 // ServeHTTP answers one AdmissionReview.
@@ -40,6 +52,9 @@ func (PodDefaulter) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 		// Fail open: the API server's own validation will say what is wrong.
 		return allow(nil)
 	}
+	if msg := gpuAnnotationProblem(&pod); msg != "" {
+		return deny(http.StatusUnprocessableEntity, msg)
+	}
 	patch := extendedLimitsPatch(&pod)
 	if len(patch) == 0 {
 		return allow(nil)
@@ -55,6 +70,18 @@ func (PodDefaulter) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 		PatchType: &pt,
 		Warnings:  []string{fmt.Sprintf("gantry set %d missing extended-resource limits equal to their requests", len(patch))},
 	}
+}
+
+// gpuAnnotationProblem says what is wrong with a pod's gantry.dev GPU annotations and
+// what to write instead, or "" when the scheduler can read them.
+func gpuAnnotationProblem(pod *corev1.Pod) string {
+	if _, err := cache.AnnotatedDemand(pod); err != nil {
+		return err.Error()
+	}
+	if _, err := cache.ParseGPUs(pod.Annotations[names.AnnotationGPUs]); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 type jsonPatchOp struct {

@@ -15,7 +15,7 @@ import (
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/certs"
-	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 )
 
 // Webhook paths, as the webhook configurations name them.
@@ -35,7 +35,7 @@ func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) err
 		return err
 	}
 	listQueues := func(ctx context.Context) ([]schedulingv1alpha1.Queue, error) {
-		list, err := dyn.Resource(names.QueueGVR).List(ctx, metav1.ListOptions{})
+		list, err := dyn.Resource(gvr.Queue).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
 )
 
 // serve posts body to handler and returns the HTTP status and the decoded review.
@@ -28,8 +29,9 @@ func serve(handler http.Handler, body []byte) (int, *admissionv1.AdmissionReview
 	return rec.Code, &review
 }
 
-// FuzzPodDefaulter posts any pod through the defaulting webhook. It must never refuse
-// a pod (it fails open), and its patch must apply to the pod it was given and leave
+// FuzzPodDefaulter posts any pod through the defaulting webhook. It refuses exactly
+// the pods whose GPU annotations the scheduler cannot read, with the scheduler's
+// words, and no other (it fails open); its patch must apply to the pod it was given and leave
 // every extended resource a container requests with a limit equal to the request,
 // changing nothing else the user wrote.
 func FuzzPodDefaulter(f *testing.F) {
@@ -37,6 +39,9 @@ func FuzzPodDefaulter(f *testing.F) {
 	f.Add([]byte(`{"spec":{"containers":[{"name":"w","resources":{"requests":{"nvidia.com/gpu":"2","example.com/a~b/c":"3"}}}],"initContainers":[{"name":"i","resources":{"requests":{"vendor.io/x":"1"}}}]}}`))
 	f.Add([]byte(`{"spec":{"containers":[{"name":"w","resources":{"requests":{"foo.kubernetes.io/x":"1","requests.nvidia.com/gpu":"1"}}}]}}`))
 	f.Add([]byte(`{"spec":{"containers":null}}`))
+	f.Add([]byte(`{"metadata":{"annotations":{"gantry.dev/gpu-fraction":"NaN"}},"spec":{"containers":[{"name":"w"}]}}`))
+	f.Add([]byte(`{"metadata":{"annotations":{"gantry.dev/gpu-memory":"2000"}},"spec":{"containers":[{"name":"w","resources":{"requests":{"nvidia.com/gpu":"2"}}}]}}`))
+	f.Add([]byte(`{"metadata":{"annotations":{"gantry.dev/gpu-memory":"20GB","gantry.dev/gpu-fraction":"0.5"}}}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		req := &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create}
 		req.Kind.Version, req.Kind.Kind = "v1", "Pod"
@@ -50,7 +55,21 @@ func FuzzPodDefaulter(f *testing.F) {
 			t.Fatalf("HTTP %d for a well-formed AdmissionReview", code)
 		}
 		resp := review.Response
-		if !resp.Allowed {
+		var sent corev1.Pod
+		var unreadable error
+		if sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &sent) == nil {
+			if _, unreadable = cache.AnnotatedDemand(&sent); unreadable == nil {
+				_, unreadable = cache.ParseGPUs(sent.Annotations["gantry.dev/gpus"])
+			}
+		}
+		switch {
+		case unreadable != nil && resp.Allowed:
+			t.Fatalf("pod with GPU annotations the scheduler refuses (%v) was admitted", unreadable)
+		case unreadable != nil && (resp.Result == nil || resp.Result.Message != unreadable.Error()):
+			t.Fatalf("refused with %+v, want the scheduler's words %q", resp.Result, unreadable)
+		case unreadable != nil:
+			return
+		case !resp.Allowed:
 			t.Fatalf("pod refused: %+v", resp.Result)
 		}
 		if len(resp.Patch) == 0 {

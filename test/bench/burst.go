@@ -255,7 +255,11 @@ func burstOnce(ctx context.Context, o BurstOptions, r *BurstRun) (err error) {
 	timedOut := waitFor(ctx, env, o.Timeout, func() bool { s, _ := rec.boundWorkers(); return s == r.Burst }) != nil
 	allBound := time.Now()
 	time.Sleep(o.Settle)
-	r.analyze(o, rec.traces(), start, allBound, rec.partialGangs())
+	traces := rec.traces()
+	r.analyze(o, traces, start, allBound, rec.partialGangs())
+	if err := writePodTraces(filepath.Join(dir, "pods.tsv"), traces, start); err != nil {
+		return err
+	}
 	if timedOut {
 		r.Status = StatusTimeout
 	}

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -170,8 +172,8 @@ func createBurstNodes(ctx context.Context, client kubernetes.Interface, nodes, g
 }
 
 var (
-	rayClusterGVR = schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayclusters"}
-	rayServiceGVR = schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayservices"}
+	rayClusterGVR = gvr.RayCluster
+	rayServiceGVR = gvr.RayService
 )
 
 // rayPodTemplate is a Ray container with the given requests, and the termination
@@ -234,7 +236,7 @@ func serveConfig(utilization float64) string {
 func inferenceService(name, share string, utilization float64, grace time.Duration) *unstructured.Unstructured {
 	worker := rayPodTemplate("ray-worker", "1", 1, nil, grace)
 	if share != "" {
-		worker = rayPodTemplate("ray-worker", "1", 0, map[string]any{"gantry.dev/gpu-memory": share}, grace)
+		worker = rayPodTemplate("ray-worker", "1", 0, map[string]any{names.AnnotationGPUMemory: share}, grace)
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ray.io/v1", "kind": "RayService",

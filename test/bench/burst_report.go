@@ -236,6 +236,25 @@ func WriteBurstTable(w io.Writer, rep *BurstReport) {
 	tw.Flush()
 }
 
+// writePodTraces writes one line per pod of a run, times in seconds since the burst
+// started (negative: before it; empty: never), to explain a run's figures:
+// which service waited on what, and which training pods went when.
+func writePodTraces(path string, traces []podTrace, start time.Time) error {
+	var b strings.Builder
+	b.WriteString("pod\tservice\tcluster\tworker\tseen\tnominated\tnominatedNode\tbound\tnode\tgpus\tterminating\tdeleted\n")
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return strconv.FormatFloat(t.Sub(start).Seconds(), 'f', 3, 64)
+	}
+	for _, t := range traces {
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%t\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.name, t.service, t.cluster, t.worker,
+			at(t.seen), at(t.nominated), t.nominatedNode, at(t.bound), t.node, t.gpus, at(t.terminating), at(t.deleted))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
 // WriteBurstJSON writes the report to path.
 func WriteBurstJSON(path string, rep *BurstReport) error {
 	b, err := json.MarshalIndent(rep, "", "  ")

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -42,6 +43,10 @@ type podTrace struct {
 	seen, bound      time.Time
 	terminating      time.Time
 	deleted          time.Time
+	// nominated is when the pod was first seen with a nominated node (a preemptor
+	// waiting for its victims), and nominatedNode that node.
+	nominated     time.Time
+	nominatedNode string
 }
 
 func newBurstRecorder(minMembers int) *burstRecorder {
@@ -80,7 +85,10 @@ func (r *burstRecorder) observe(p *corev1.Pod, deleted bool) {
 	if p.Spec.NodeName != "" && t.bound.IsZero() {
 		t.bound, t.node = now, p.Spec.NodeName
 	}
-	if g := p.Annotations["gantry.dev/gpus"]; g != "" {
+	if n := p.Status.NominatedNodeName; n != "" && t.nominated.IsZero() {
+		t.nominated, t.nominatedNode = now, n
+	}
+	if g := p.Annotations[names.AnnotationGPUs]; g != "" {
 		t.gpus = g
 	}
 	if p.DeletionTimestamp != nil && t.terminating.IsZero() {

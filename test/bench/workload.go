@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -30,12 +31,12 @@ const (
 	// GPUResource is the extended resource of the non-DRA scenarios.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
 	// DRADriver is Gantry's DRA driver; the DeviceClass has the same name.
-	DRADriver = "gpu.gantry.dev"
+	DRADriver = names.DriverName
 	// ClaimTemplate is the ResourceClaimTemplate DRA pods claim one GPU through.
 	ClaimTemplate = "one-gpu"
 
-	AnnotationPodGroup  = "gantry.dev/pod-group"
-	AnnotationMinMember = "gantry.dev/min-member"
+	AnnotationPodGroup  = names.AnnotationPodGroup
+	AnnotationMinMember = names.AnnotationMinMember
 
 	// notReadyTaint is what the TaintNodesByCondition admission plugin puts on every
 	// new Node; without kube-controller-manager nothing lifts it.

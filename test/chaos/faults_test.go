@@ -24,22 +24,28 @@ type fault struct {
 	run  func(ctx context.Context, h *harness, ns string) (wantBound int, err error)
 	// kuberay is true for a fault whose work is Ray clusters (the operator must run).
 	kuberay bool
+	// dra is true for a fault on the DRA node (its node agent must run).
+	dra bool
+	// settled, if set, checks the round's namespace once it has settled.
+	settled func(ctx context.Context, ns string) error
 }
 
 var faults = []fault{
-	{"kill-scheduler-between-binds", killBetweenBinds, false},
-	{"kill-scheduler-during-evictions", killDuringEvictions, false},
-	{"leader-handover", leaderHandover, false},
-	{"restart-apiserver", func(ctx context.Context, h *harness, ns string) (int, error) {
+	{name: "kill-scheduler-between-binds", run: killBetweenBinds},
+	{name: "kill-scheduler-during-evictions", run: killDuringEvictions},
+	{name: "leader-handover", run: leaderHandover},
+	{name: "restart-apiserver", run: func(ctx context.Context, h *harness, ns string) (int, error) {
 		return h.restartUnderWork(ctx, ns, "kube-apiserver")
-	}, false},
-	{"restart-etcd", func(ctx context.Context, h *harness, ns string) (int, error) {
+	}},
+	{name: "restart-etcd", run: func(ctx context.Context, h *harness, ns string) (int, error) {
 		return h.restartUnderWork(ctx, ns, "etcd")
-	}, false},
-	{"delete-node-under-gang", deleteNodeUnderGang, true},
-	{"restart-kuberay", restartKubeRay, true},
-	{"webhook-down", webhookDown, false},
-	{"kuberay-crds-late", lateRayCRDs, true},
+	}},
+	{name: "delete-node-under-gang", run: deleteNodeUnderGang, kuberay: true},
+	{name: "restart-kuberay", run: restartKubeRay, kuberay: true},
+	{name: "webhook-down", run: webhookDown},
+	{name: "kuberay-crds-late", run: lateRayCRDs, kuberay: true},
+	{name: "kill-scheduler-between-claim-and-binding", run: killBetweenClaimAndBinding, dra: true, settled: claimsConsistent},
+	{name: "kill-node-agent-during-prepare", run: killAgentDuringPrepare, dra: true, settled: claimsConsistent},
 }
 
 // jitter is a random pause of up to max.

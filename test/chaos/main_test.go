@@ -34,8 +34,12 @@ func TestMain(m *testing.M) {
 	kuberay := false
 	for _, f := range faults {
 		all := os.Getenv("CHAOS_FAULTS") == "" && !shortRun()
-		if f.kuberay && (all || slices.Contains(strings.Split(os.Getenv("CHAOS_FAULTS"), ","), f.name)) {
+		chosen := all || slices.Contains(strings.Split(os.Getenv("CHAOS_FAULTS"), ","), f.name)
+		if f.kuberay && chosen {
 			kuberay = true
+		}
+		if f.dra && chosen {
+			withDRA = true
 		}
 	}
 	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, KubeRay: kuberay}, &env, setup))
@@ -87,8 +91,17 @@ func setup(ctx context.Context, e *testenv.Env) error {
 			return err
 		}
 	}
-	return nil
+	if !withDRA {
+		return nil
+	}
+	if err := startBindingHook(ctx, e); err != nil {
+		return err
+	}
+	return setupDRA(ctx, e)
 }
+
+// withDRA: a chosen fault needs the DRA node, its node agent and the binding hook.
+var withDRA bool
 
 // webhookName is the process name of the webhook-only replica.
 var webhookName string

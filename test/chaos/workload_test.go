@@ -11,19 +11,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
 // holdFinalizer keeps an evicted pod terminating (holding its GPUs) until the round
 // lets it go, so that faults can land while victims are still leaving.
-const holdFinalizer = "gantry.dev/chaos-hold"
+const holdFinalizer = "example.com/chaos-hold"
 
-var rayClusterGVR = schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayclusters"}
+var rayClusterGVR = gvr.RayCluster
 
 type podSpec struct {
 	name, group, queue, class string
@@ -46,11 +47,11 @@ func newPod(ns string, s podSpec) *corev1.Pod {
 		},
 	}
 	if s.group != "" {
-		p.Annotations["gantry.dev/pod-group"] = s.group
-		p.Annotations["gantry.dev/min-member"] = fmt.Sprint(s.gangSize)
+		p.Annotations[names.AnnotationPodGroup] = s.group
+		p.Annotations[names.AnnotationMinMember] = fmt.Sprint(s.gangSize)
 	}
 	if s.queue != "" {
-		p.Labels["gantry.dev/queue"] = s.queue
+		p.Labels[names.LabelQueue] = s.queue
 	}
 	if s.gpus > 0 {
 		q := *resource.NewQuantity(int64(s.gpus), resource.DecimalSI)
@@ -58,7 +59,7 @@ func newPod(ns string, s podSpec) *corev1.Pod {
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
 	}
 	if s.fraction != "" {
-		p.Annotations["gantry.dev/gpu-fraction"] = s.fraction
+		p.Annotations[names.AnnotationGPUFraction] = s.fraction
 	}
 	if s.hold {
 		p.Finalizers = []string{holdFinalizer}
@@ -206,7 +207,8 @@ func release(ctx context.Context, ns string) {
 }
 
 // cleanNamespace deletes the round's RayClusters and pods and waits until no pod of
-// the namespace is left, so the next round starts on empty GPUs.
+// the namespace is left and none of its ResourceClaims is allocated, so the next round
+// starts on empty GPUs.
 func cleanNamespace(ctx context.Context, ns string) error {
 	if dyn, err := dynamic.NewForConfig(env.Config); err == nil {
 		_ = dyn.Resource(rayClusterGVR).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
@@ -223,6 +225,9 @@ func cleanNamespace(ctx context.Context, ns string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("namespace %s not emptied: %w", ns, err)
+	}
+	if err := waitClaimsReleased(ctx, ns); err != nil {
+		return err
 	}
 	return env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 }

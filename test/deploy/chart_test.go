@@ -28,6 +28,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/bootstrap"
 	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 func TestHelmLint(t *testing.T) {
@@ -208,7 +209,7 @@ func TestChartDefaults(t *testing.T) {
 
 	t.Run("device class", func(t *testing.T) {
 		var dc resourcev1.DeviceClass
-		into(t, find(t, objs, "DeviceClass", agent.DriverName), &dc)
+		into(t, find(t, objs, "DeviceClass", names.DriverName), &dc)
 		if want := agent.DeviceClass().Spec; !equality.Semantic.DeepEqual(dc.Spec, want) {
 			t.Errorf("chart DeviceClass spec %+v, pkg/agent's %+v", dc.Spec, want)
 		}
@@ -239,8 +240,8 @@ func TestChartDefaults(t *testing.T) {
 			into(t, find(t, objs, "PriorityClass", m.GetName()), &got)
 			if got.Value != want.Value || !equality.Semantic.DeepEqual(got.PreemptionPolicy, want.PreemptionPolicy) ||
 				got.GlobalDefault != want.GlobalDefault || got.Description != want.Description ||
-				got.Labels["gantry.dev/preemptible"] != want.Labels["gantry.dev/preemptible"] ||
-				got.Annotations["gantry.dev/preemptible"] != want.Annotations["gantry.dev/preemptible"] {
+				got.Labels[names.LabelPreemptible] != want.Labels[names.LabelPreemptible] ||
+				got.Annotations[names.LabelPreemptible] != want.Annotations[names.LabelPreemptible] {
 				t.Errorf("PriorityClass %s differs from deploy/manifests/priorityclasses.yaml:\n chart    %d %v %q labels %v annotations %v\n manifest %d %v %q labels %v annotations %v",
 					m.GetName(), got.Value, *got.PreemptionPolicy, got.Description, got.Labels, got.Annotations,
 					want.Value, *want.PreemptionPolicy, want.Description, want.Labels, want.Annotations)
@@ -254,11 +255,11 @@ func TestChartDefaults(t *testing.T) {
 			into(t, find(t, objs, "PriorityClass", name), &pc)
 			var prefixed schedulingv1.PriorityClass
 			into(t, find(t, render(t), "PriorityClass", "gantry-"+name), &prefixed)
-			if prefixed.Value != pc.Value || prefixed.Labels["gantry.dev/preemptible"] != pc.Labels["gantry.dev/preemptible"] {
+			if prefixed.Value != pc.Value || prefixed.Labels[names.LabelPreemptible] != pc.Labels[names.LabelPreemptible] {
 				t.Errorf("PriorityClass gantry-%s differs from %s", name, name)
 			}
-			if pc.Value != want.value || pc.Labels["gantry.dev/preemptible"] != want.preemptible {
-				t.Errorf("PriorityClass %s: value %d preemptible %q, want %d %q", name, pc.Value, pc.Labels["gantry.dev/preemptible"], want.value, want.preemptible)
+			if pc.Value != want.value || pc.Labels[names.LabelPreemptible] != want.preemptible {
+				t.Errorf("PriorityClass %s: value %d preemptible %q, want %d %q", name, pc.Value, pc.Labels[names.LabelPreemptible], want.value, want.preemptible)
 			}
 		}
 	})

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -130,14 +132,14 @@ func TestChartInstall(t *testing.T) {
 		} else if crd.GetAnnotations()["helm.sh/resource-policy"] != "keep" || crd.GetAnnotations()["meta.helm.sh/release-name"] != "gantry" {
 			t.Errorf("Queue CRD annotations %v: want it part of the release and kept on uninstall", crd.GetAnnotations())
 		}
-		if _, err := dyn.Resource(schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "queues"}).
+		if _, err := dyn.Resource(gvr.Queue).
 			List(ctx, metav1.ListOptions{}); err != nil {
 			t.Errorf("list Queues: %v", err)
 		}
-		if _, err := env.Client.ResourceV1().DeviceClasses().Get(ctx, "gpu.gantry.dev", metav1.GetOptions{}); err != nil {
+		if _, err := env.Client.ResourceV1().DeviceClasses().Get(ctx, names.DriverName, metav1.GetOptions{}); err != nil {
 			t.Errorf("DeviceClass: %v", err)
 		}
-		pcs, err := env.Client.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{LabelSelector: "gantry.dev/preemptible=true"})
+		pcs, err := env.Client.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{LabelSelector: names.LabelPreemptible + "=true"})
 		if err != nil || len(pcs.Items) != 1 || pcs.Items[0].Name != "gantry-train" {
 			t.Errorf("preemptible PriorityClasses: %v %v, want gantry-train only", pcs, err)
 		}

@@ -80,6 +80,7 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 		grant(s, read, "resource.k8s.io", r, "")
 	}
 	grant(s, []string{"update", "patch"}, "resource.k8s.io", "resourceclaims", "status")
+	grant(s, []string{"update", "patch"}, "resource.k8s.io", "resourceclaims", "") // the delete-protection finalizer
 	for _, r := range []string{"queues", "podgroups"} {
 		grant(s, read, "scheduling.gantry.dev", r, "")
 		grant(s, []string{"patch", "update"}, "scheduling.gantry.dev", r, "status")

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gantry-dev/gantry/pkg/certs"
-	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/webhook"
 )
 
 func TestChartWebhooks(t *testing.T) {
@@ -149,8 +149,8 @@ func TestChartWebhooks(t *testing.T) {
 
 	t.Run("paths and policies", func(t *testing.T) {
 		q, p := queues.Webhooks[0], pods.Webhooks[0]
-		if *q.ClientConfig.Service.Path != kube.ValidateQueuePath || *p.ClientConfig.Service.Path != kube.DefaultPodPath {
-			t.Errorf("paths %s and %s, the scheduler serves %s and %s", *q.ClientConfig.Service.Path, *p.ClientConfig.Service.Path, kube.ValidateQueuePath, kube.DefaultPodPath)
+		if *q.ClientConfig.Service.Path != webhook.ValidateQueuePath || *p.ClientConfig.Service.Path != webhook.DefaultPodPath {
+			t.Errorf("paths %s and %s, the scheduler serves %s and %s", *q.ClientConfig.Service.Path, *p.ClientConfig.Service.Path, webhook.ValidateQueuePath, webhook.DefaultPodPath)
 		}
 		if *q.FailurePolicy != admissionregistrationv1.Fail {
 			t.Errorf("Queue webhook failurePolicy %s, want Fail: a tree that could not be checked is not let in", *q.FailurePolicy)
@@ -185,7 +185,7 @@ func TestChartWebhooks(t *testing.T) {
 		}
 	})
 
-	t.Run("pod webhook is called only for pods it would change", func(t *testing.T) {
+	t.Run("pod webhook is called only for pods it would change or check", func(t *testing.T) {
 		cond := pods.Webhooks[0].MatchConditions[0].Expression
 		env, err := cel.NewEnv(cel.Variable("object", cel.DynType))
 		if err != nil {
@@ -206,15 +206,21 @@ func TestChartWebhooks(t *testing.T) {
 			res  corev1.ResourceRequirements
 			init bool
 			want bool
+			ann  map[string]string
 		}{
-			{"GPU requested, not limited (the KAI walkthrough's worker)", corev1.ResourceRequirements{Requests: corev1.ResourceList{gpu: one, corev1.ResourceCPU: one}}, false, true},
-			{"GPU requested and limited", corev1.ResourceRequirements{Requests: corev1.ResourceList{gpu: one}, Limits: corev1.ResourceList{gpu: one}}, false, false},
-			{"GPU only limited", corev1.ResourceRequirements{Limits: corev1.ResourceList{gpu: one}}, false, false},
-			{"CPU and memory only", corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: one, corev1.ResourceMemory: one}}, false, false},
-			{"no resources", corev1.ResourceRequirements{}, false, false},
-			{"init container requests a GPU", corev1.ResourceRequirements{Requests: corev1.ResourceList{gpu: one}}, true, true},
+			{"a gantry.dev/gpu-fraction to check", corev1.ResourceRequirements{}, false, true, map[string]string{"gantry.dev/gpu-fraction": "NaN"}},
+			{"a gantry.dev/gpu-memory to check", corev1.ResourceRequirements{Limits: corev1.ResourceList{gpu: one}}, false, true, map[string]string{"gantry.dev/gpu-memory": "2000"}},
+			{"a gantry.dev/gpus booking to check", corev1.ResourceRequirements{}, false, true, map[string]string{"gantry.dev/gpus": "0,x"}},
+			{"other annotations only", corev1.ResourceRequirements{}, false, false, map[string]string{"gantry.dev/gpu-model": "A100"}},
+			{"GPU requested, not limited (the KAI walkthrough's worker)", corev1.ResourceRequirements{Requests: corev1.ResourceList{gpu: one, corev1.ResourceCPU: one}}, false, true, nil},
+			{"GPU requested and limited", corev1.ResourceRequirements{Requests: corev1.ResourceList{gpu: one}, Limits: corev1.ResourceList{gpu: one}}, false, false, nil},
+			{"GPU only limited", corev1.ResourceRequirements{Limits: corev1.ResourceList{gpu: one}}, false, false, nil},
+			{"CPU and memory only", corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: one, corev1.ResourceMemory: one}}, false, false, nil},
+			{"no resources", corev1.ResourceRequirements{}, false, false, nil},
+			{"init container requests a GPU", corev1.ResourceRequirements{Requests: corev1.ResourceList{gpu: one}}, true, true, nil},
 		} {
 			pod := corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: tc.res}}}}
+			pod.Annotations = tc.ann
 			if tc.init {
 				pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
 				pod.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: tc.res}}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -47,7 +48,7 @@ func TestConstraintsGangAntiAffinityOnePerNode(t *testing.T) {
 	ns := namespace(t)
 	createNodes(t, cpuNodeInZone("aa-1", "a"), cpuNodeInZone("aa-2", "a"))
 	spread := withAntiAffinity("app", "worker", "kubernetes.io/hostname")
-	two := withAnnotations("gantry.dev/pod-group", "two", "gantry.dev/min-member", "2")
+	two := withAnnotations(names.AnnotationPodGroup, "two", names.AnnotationMinMember, "2")
 	createPods(t,
 		newPod(ns, "w-0", onTestNodes(t), two, withLabels("app", "worker"), spread),
 		newPod(ns, "w-1", onTestNodes(t), two, withLabels("app", "worker"), spread))
@@ -60,7 +61,7 @@ func TestConstraintsGangAntiAffinityOnePerNode(t *testing.T) {
 	if err := env.CreateNamespace(context.Background(), ns3); err != nil {
 		t.Fatal(err)
 	}
-	three := withAnnotations("gantry.dev/pod-group", "three", "gantry.dev/min-member", "3")
+	three := withAnnotations(names.AnnotationPodGroup, "three", names.AnnotationMinMember, "3")
 	for _, name := range []string{"x-0", "x-1", "x-2"} {
 		createPods(t, newPod(ns3, name, onTestNodes(t), three, withLabels("app", "x"), withAntiAffinity("app", "x", "kubernetes.io/hostname")))
 	}

@@ -15,7 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -54,7 +55,7 @@ func createDeviceClass(t *testing.T, name, driver string) {
 // accepts.
 func selectGPU(expr string) resourceapi.DeviceRequest {
 	return resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: kube.DriverName,
+		DeviceClassName: names.DriverName,
 		Selectors:       []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}},
 	}}
 }
@@ -196,7 +197,7 @@ func TestDRAOtherDriverDevicesAreAllocated(t *testing.T) {
 		_ = env.Client.ResourceV1().ResourceSlices().Delete(context.Background(), nics.Name, metav1.DeleteOptions{})
 	})
 	createTemplate(t, ns, "gpu-and-nic",
-		resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: kube.DriverName}},
+		resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: names.DriverName}},
 		resourceapi.DeviceRequest{Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: nicDriver}},
 	)
 	createPods(t,
@@ -219,7 +220,7 @@ func TestDRAOtherDriverDevicesAreAllocated(t *testing.T) {
 	for _, r := range claims[0].Status.Allocation.Devices.Results {
 		drivers[r.Driver] = r.Pool + "/" + r.Device
 	}
-	if drivers[nicDriver] != b.Name+"/nic-0" || !strings.HasPrefix(drivers[kube.DriverName], b.Name+"/gpu-") {
+	if drivers[nicDriver] != b.Name+"/nic-0" || !strings.HasPrefix(drivers[names.DriverName], b.Name+"/gpu-") {
 		t.Errorf("allocation %v, want a GPU and nic-0 of %s", drivers, b.Name)
 	}
 	holdPods(t, ns, 2*time.Second, "the second pod waits for the NIC", func(ps []corev1.Pod) bool { return bound(ps) == 1 })
@@ -254,7 +255,7 @@ func TestDRAMissingDeviceClassIsExplained(t *testing.T) {
 		return len(ps) == 1 && strings.Contains(unschedulableMessage(ps, "p"), "no-such-class.example.com")
 	})
 	// Once the class exists (selecting the GPUs), the pod is scheduled.
-	createDeviceClass(t, "no-such-class.example.com", kube.DriverName)
+	createDeviceClass(t, "no-such-class.example.com", names.DriverName)
 	waitPods(t, ns, 60*time.Second, "pod bound once its DeviceClass exists", func(ps []corev1.Pod) bool { return bound(ps) == 1 })
 }
 
@@ -271,7 +272,7 @@ func TestDRAClaimsOfOtherSchedulersCountAsUsed(t *testing.T) {
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "theirs"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: kube.DriverName, Count: 2},
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: names.DriverName, Count: 2},
 		}}}},
 	}
 	claim, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
@@ -291,8 +292,8 @@ func TestDRAClaimsOfOtherSchedulersCountAsUsed(t *testing.T) {
 	}
 	claim.Status.Allocation = &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
-			{Request: "gpu", Driver: kube.DriverName, Pool: a.Name, Device: kube.DeviceName(0)},
-			{Request: "gpu", Driver: kube.DriverName, Pool: a.Name, Device: kube.DeviceName(1)},
+			{Request: "gpu", Driver: names.DriverName, Pool: a.Name, Device: dra.DeviceName(0)},
+			{Request: "gpu", Driver: names.DriverName, Pool: a.Name, Device: dra.DeviceName(1)},
 		}},
 		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{a.Name}}},
@@ -329,7 +330,7 @@ func TestDRASelectorClaimPreemptsTraining(t *testing.T) {
 	createTemplate(t, ns, "h100", selectGPU(`device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA H100")`))
 	class := func(c string) podOpt { return func(p *corev1.Pod) { p.Spec.PriorityClassName = c } }
 	gangOf := func(group string, n int) podOpt {
-		return withAnnotations("gantry.dev/pod-group", group, "gantry.dev/min-member", fmt.Sprint(n))
+		return withAnnotations(names.AnnotationPodGroup, group, names.AnnotationMinMember, fmt.Sprint(n))
 	}
 	createPods(t,
 		newPod(ns, "train-0", withClaimTemplate("h100"), onTestNodes(t), class("train"), gangOf("train", 2)),
@@ -416,7 +417,7 @@ func TestDRASharedClaimIsBookedOnce(t *testing.T) {
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: kube.DriverName},
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: names.DriverName},
 		}}}},
 	}
 	if _, err := env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
@@ -480,7 +481,7 @@ func TestDRAGangOfDifferentClaimsFitsOneNode(t *testing.T) {
 	publishGPUs(t, a.Name, 2, "NVIDIA H100 80GB HBM3", 80<<30)
 	createTemplate(t, ns, "by-model", selectGPU(`device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA H100")`))
 	createTemplate(t, ns, "by-index", selectGPU(`device.attributes["gpu.gantry.dev"].index >= 0`))
-	gang := withAnnotations("gantry.dev/pod-group", "g", "gantry.dev/min-member", "2")
+	gang := withAnnotations(names.AnnotationPodGroup, "g", names.AnnotationMinMember, "2")
 	createPods(t,
 		newPod(ns, "head", withClaimTemplate("by-model"), onTestNodes(t), gang),
 		newPod(ns, "worker", withClaimTemplate("by-index"), onTestNodes(t), gang),

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
+	"github.com/gantry-dev/gantry/pkg/names"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/gantry-dev/gantry/pkg/kube"
 )
 
 // publishGPUs publishes a node's GPUs as the node agent does: one device per GPU with
@@ -23,7 +23,7 @@ func publishGPUs(t *testing.T, node string, gpus int, product string, memBytes i
 	for i := 0; i < gpus; i++ {
 		total := resource.NewQuantity(memBytes, resource.BinarySI)
 		devices = append(devices, resourceapi.Device{
-			Name: kube.DeviceName(i),
+			Name: dra.DeviceName(i),
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 				"index":       {IntValue: ptr.To(int64(i))},
 				"uuid":        {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", node, i))},
@@ -38,7 +38,7 @@ func publishGPUs(t *testing.T, node string, gpus int, product string, memBytes i
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.gantry.dev"},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   kube.DriverName,
+			Driver:   names.DriverName,
 			NodeName: ptr.To(node),
 			Pool:     resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
 			Devices:  devices,
@@ -55,7 +55,7 @@ func publishGPUs(t *testing.T, node string, gpus int, product string, memBytes i
 func ensureDeviceClass(t *testing.T) {
 	t.Helper()
 	dc := &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: kube.DriverName},
+		ObjectMeta: metav1.ObjectMeta{Name: names.DriverName},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
 			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.gantry.dev"`},
 		}}},
@@ -64,7 +64,7 @@ func ensureDeviceClass(t *testing.T) {
 }
 
 func claimTemplate(ns, name string, memory string) *resourceapi.ResourceClaimTemplate {
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: kube.DriverName}
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: names.DriverName}
 	if memory != "" {
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}
 	}

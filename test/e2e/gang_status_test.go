@@ -9,10 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -88,13 +89,13 @@ spec:
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		createPods(t, newPod(ns, fmt.Sprintf("m%d", i), withGPUs(1), onTestNodes(t), withAnnotations("gantry.dev/pod-group", "trio")))
+		createPods(t, newPod(ns, fmt.Sprintf("m%d", i), withGPUs(1), onTestNodes(t), withAnnotations(names.AnnotationPodGroup, "trio")))
 	}
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gvr := schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "podgroups"}
+	gvr := gvr.PodGroup
 	condition := func() (status, reason, message, phase string) {
 		u, err := dyn.Resource(gvr).Namespace(ns).Get(ctx, "trio", metav1.GetOptions{})
 		if err != nil {

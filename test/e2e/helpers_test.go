@@ -39,7 +39,7 @@ func gpuNode(name string, gpus int, product string, memMiB int) *corev1.Node {
 
 // testTaintKey keeps each test's pods on that test's nodes: nodes carry the taint,
 // the test's pods tolerate it (onTestNodes), and pods of other tests do not.
-const testTaintKey = "gantry.dev/test"
+const testTaintKey = "example.com/test"
 
 // createNodes creates nodes for this test only: tainted and labelled with the test's
 // name (see onTestNodes), and deleted when the test ends.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/kube"
 	"github.com/gantry-dev/gantry/pkg/sandbox"
+	"github.com/gantry-dev/gantry/pkg/webhook"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -61,7 +62,7 @@ func startWebhooks(ctx context.Context, e *testenv.Env) error {
 		return err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	if err := kube.ServeWebhooks(ctx, addr, certDir, dyn); err != nil {
+	if err := webhook.Serve(ctx, addr, certDir, dyn); err != nil {
 		return err
 	}
 	return sandbox.RegisterWebhooks(ctx, e.Client, "https://"+addr, caPEM)

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -61,7 +62,7 @@ func TestPodsInUnknownOrParentQueueWaitWithAReason(t *testing.T) {
 	ns := namespace(t)
 	createNodes(t, gpuNode(ns+"-a", 2, "NVIDIA-A10G", 23028))
 	createPods(t,
-		newPod(ns, "unknown", withGPUs(1), onTestNodes(t), withLabels("gantry.dev/queue", "no-such-queue")),
+		newPod(ns, "unknown", withGPUs(1), onTestNodes(t), withLabels(names.LabelQueue, "no-such-queue")),
 		newPod(ns, "parent", withGPUs(1), onTestNodes(t), withLabels("kai.scheduler/queue", "department-1")),
 	)
 	got := waitPods(t, ns, 30*time.Second, "both explained", func(ps []corev1.Pod) bool {

@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/test/invariant"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
@@ -108,7 +108,7 @@ func TestSeedScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayservices"}
+	rs := gvr.RayService
 	if err := dyn.Resource(rs).Namespace(ns).Delete(context.Background(), "ray-kai-scheduler-serve-llm", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

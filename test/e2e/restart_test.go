@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/invariant"
 )
 
@@ -58,9 +59,9 @@ func TestRestartDuringPreemption(t *testing.T) {
 		}
 	}()
 
-	hold := func(p *corev1.Pod) { p.Finalizers = []string{"gantry.dev/test-hold"} }
+	hold := func(p *corev1.Pod) { p.Finalizers = []string{"example.com/test-hold"} }
 	gangOf := func(group string, n int) podOpt {
-		return withAnnotations("gantry.dev/pod-group", group, "gantry.dev/min-member", fmt.Sprint(n))
+		return withAnnotations(names.AnnotationPodGroup, group, names.AnnotationMinMember, fmt.Sprint(n))
 	}
 	class := func(c string) podOpt { return func(p *corev1.Pod) { p.Spec.PriorityClassName = c } }
 	createPods(t,

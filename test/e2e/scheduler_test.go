@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gantry-dev/gantry/pkg/kube"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -40,7 +40,7 @@ func TestWholeGPUPodsBindAndRun(t *testing.T) {
 	gpusSeen := map[string]bool{}
 	for _, p := range got {
 		perNode[p.Spec.NodeName]++
-		key := p.Spec.NodeName + "/" + p.Annotations[kube.AnnotationGPUs]
+		key := p.Spec.NodeName + "/" + p.Annotations[names.AnnotationGPUs]
 		if gpusSeen[key] {
 			t.Errorf("two pods hold GPU %s", key)
 		}
@@ -79,7 +79,7 @@ func TestGangBindsWhollyOrNotAtAll(t *testing.T) {
 	var pods []*corev1.Pod
 	for i := 0; i < 3; i++ {
 		pods = append(pods, newPod(ns, fmt.Sprintf("w%d", i), withGPUs(4), onTestNodes(t),
-			withAnnotations("gantry.dev/pod-group", "train", "gantry.dev/min-member", "3")))
+			withAnnotations(names.AnnotationPodGroup, "train", names.AnnotationMinMember, "3")))
 	}
 	createPods(t, pods...)
 	got := waitPods(t, ns, 20*time.Second, "gang explained", func(ps []corev1.Pod) bool {
@@ -157,14 +157,14 @@ func TestBadGPUDemandsAreExplained(t *testing.T) {
 	ns := namespace(t)
 	createNodes(t, gpuNode(ns+"-a", 8, "NVIDIA-H100-80GB-HBM3", 81559))
 	createPods(t,
-		newPod(ns, "fraction", onTestNodes(t), withAnnotations("gantry.dev/gpu-fraction", "1.5")),
+		newPod(ns, "fraction", onTestNodes(t), withAnnotations(names.AnnotationGPUFraction, "1.5")),
 		newPod(ns, "too-many", withGPUs(16), onTestNodes(t)),
 		newPod(ns, "fine", withGPUs(1), onTestNodes(t)),
 	)
 	got := waitPods(t, ns, 20*time.Second, "bad pods explained, good pod bound", func(ps []corev1.Pod) bool {
 		return unschedulableMessage(ps, "fraction") != "" && unschedulableMessage(ps, "too-many") != "" && bound(ps) == 1
 	})
-	if msg := unschedulableMessage(got, "fraction"); !strings.Contains(msg, "gantry.dev/gpu-fraction") {
+	if msg := unschedulableMessage(got, "fraction"); !strings.Contains(msg, names.AnnotationGPUFraction) {
 		t.Errorf("fraction message %q does not name the annotation to fix", msg)
 	}
 	if msg := unschedulableMessage(got, "too-many"); !strings.Contains(msg, "16") {
@@ -181,7 +181,7 @@ func TestSchedulingGatesHoldTheGang(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	createNodes(t, gpuNode(ns+"-a", 2, "NVIDIA-H100-80GB-HBM3", 81559))
-	gang := withAnnotations("gantry.dev/pod-group", "g", "gantry.dev/min-member", "2")
+	gang := withAnnotations(names.AnnotationPodGroup, "g", names.AnnotationMinMember, "2")
 	gated := func(p *corev1.Pod) {
 		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/admission"}}
 	}

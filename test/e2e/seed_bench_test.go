@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 )
@@ -109,8 +109,8 @@ func seedPreemptionOnce(ctx context.Context, b *testing.B, dyn dynamic.Interface
 			}
 		}
 	}
-	rs := schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayservices"}
-	rc := schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayclusters"}
+	rs := gvr.RayService
+	rc := gvr.RayCluster
 	_ = dyn.Resource(rs).Namespace(ns).Delete(ctx, inferenceCluster, metav1.DeleteOptions{})
 	_ = dyn.Resource(rc).Namespace(ns).Delete(ctx, "raycluster-sample", metav1.DeleteOptions{})
 	// Wait for the GPU to be free for the next run.

@@ -7,9 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -48,8 +48,8 @@ func TestSeedScenarioWithFiniteQuota(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusters := schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayclusters"}
-	services := schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayservices"}
+	clusters := gvr.RayCluster
+	services := gvr.RayService
 	t.Cleanup(func() {
 		_ = dyn.Resource(services).Namespace(ns).Delete(context.Background(), "ray-kai-scheduler-serve-llm", metav1.DeleteOptions{})
 		_ = dyn.Resource(clusters).Namespace(ns).Delete(context.Background(), "raycluster-sample", metav1.DeleteOptions{})

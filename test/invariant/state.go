@@ -11,16 +11,17 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 
 	schedv1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // Names the checker reads on pods and nodes, as DESIGN.md ("Names") documents them.
 // They are spelled here again on purpose: see the package doc.
 const (
-	annotationGPUs        = "gantry.dev/gpus"
-	annotationGPUFraction = "gantry.dev/gpu-fraction"
-	annotationPodGroup    = "gantry.dev/pod-group"
-	annotationMinMember   = "gantry.dev/min-member"
-	labelQueue            = "gantry.dev/queue"
+	annotationGPUs        = names.AnnotationGPUs
+	annotationGPUFraction = names.AnnotationGPUFraction
+	annotationPodGroup    = names.AnnotationPodGroup
+	annotationMinMember   = names.AnnotationMinMember
+	labelQueue            = names.LabelQueue
 	labelQueueKAI         = "kai.scheduler/queue"
 	labelGFDMemoryMiB     = "nvidia.com/gpu.memory"
 	resourceGPU           = corev1.ResourceName("nvidia.com/gpu")

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	schedv1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 )
 
 // Config says which cluster to watch and how strictly.
@@ -39,9 +39,9 @@ type Config struct {
 }
 
 var (
-	queueGVR      = schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "queues"}
-	podGroupGVR   = schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "podgroups"}
-	rayClusterGVR = schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayclusters"}
+	queueGVR      = gvr.Queue
+	podGroupGVR   = gvr.PodGroup
+	rayClusterGVR = gvr.RayCluster
 )
 
 // Checker watches a cluster through informers and runs a Tracker over it.

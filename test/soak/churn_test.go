@@ -12,16 +12,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
 var (
-	rayClusterGVR = schema.GroupVersionResource{Group: "ray.io", Version: "v1", Resource: "rayclusters"}
-	queueGVR      = schema.GroupVersionResource{Group: "scheduling.gantry.dev", Version: "v1alpha1", Resource: "queues"}
+	rayClusterGVR = gvr.RayCluster
+	queueGVR      = gvr.Queue
 )
 
 // churn is the soak's work, each kind in its own loop.
@@ -64,8 +65,8 @@ func gangPod(name, group string, size, gpus int, class, queue, pool string) *cor
 	zero := int64(0)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Labels:      map[string]string{"gantry.dev/queue": queue, "soak-group": group},
-			Annotations: map[string]string{"gantry.dev/pod-group": group, "gantry.dev/min-member": fmt.Sprint(size)}},
+			Labels:      map[string]string{names.LabelQueue: queue, "soak-group": group},
+			Annotations: map[string]string{names.AnnotationPodGroup: group, names.AnnotationMinMember: fmt.Sprint(size)}},
 		Spec: corev1.PodSpec{
 			SchedulerName: "gantry-scheduler", PriorityClassName: class, NodeSelector: map[string]string{"soak-pool": pool},
 			TerminationGracePeriodSeconds: &zero,
@@ -93,7 +94,7 @@ func (c *churn) createGang(ctx context.Context, prefix string, size, gpus int, c
 // that inference evicted.
 func (c *churn) training(ctx context.Context) {
 	every(ctx, 2*time.Second, func(ctx context.Context) {
-		pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "gantry.dev/queue=soak-train"})
+		pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: names.LabelQueue + "=soak-train"})
 		if err != nil {
 			return
 		}

@@ -44,7 +44,7 @@ func TestNodeAndPodRoundTrip(t *testing.T) {
 	requireEnv(t)
 	ctx := context.Background()
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "roundtrip-node", Labels: map[string]string{"gantry.dev/test": "roundtrip"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "roundtrip-node", Labels: map[string]string{"example.com/test": "roundtrip"}},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("8"), "nvidia.com/gpu": resource.MustParse("8"),
 		}},
@@ -56,8 +56,8 @@ func TestNodeAndPodRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("get node: %v", err)
 	}
-	if got.Labels["gantry.dev/test"] != "roundtrip" {
-		t.Errorf("node labels = %v, want gantry.dev/test=roundtrip", got.Labels)
+	if got.Labels["example.com/test"] != "roundtrip" {
+		t.Errorf("node labels = %v, want example.com/test=roundtrip", got.Labels)
 	}
 	if err := env.CreateNamespace(ctx, "roundtrip"); err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 	"github.com/gantry-dev/gantry/gpu/fake"
 	"github.com/gantry-dev/gantry/pkg/agent"
 	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -114,7 +115,7 @@ func dial(t *testing.T, socket string) *grpc.ClientConn {
 // register does what the kubelet's plugin watcher does with a new socket.
 func (k *kubeletSim) register(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	reg := registerapi.NewRegistrationClient(dial(t, filepath.Join(k.registryDir, agent.DriverName+"-reg.sock")))
+	reg := registerapi.NewRegistrationClient(dial(t, filepath.Join(k.registryDir, names.DriverName+"-reg.sock")))
 	var info *registerapi.PluginInfo
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
@@ -124,7 +125,7 @@ func (k *kubeletSim) register(t *testing.T, ctx context.Context) string {
 	if err != nil {
 		t.Fatalf("GetInfo: %v", err)
 	}
-	if info.Type != registerapi.DRAPlugin || info.Name != agent.DriverName || !strings.Contains(strings.Join(info.SupportedVersions, ","), drapb.DRAPluginService) {
+	if info.Type != registerapi.DRAPlugin || info.Name != names.DriverName || !strings.Contains(strings.Join(info.SupportedVersions, ","), drapb.DRAPluginService) {
 		t.Fatalf("plugin info %+v", info)
 	}
 	if _, err := reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
@@ -141,7 +142,7 @@ func nodeSlices(t *testing.T, ctx context.Context, node string) []resourceapi.Re
 	}
 	var out []resourceapi.ResourceSlice
 	for _, s := range list.Items {
-		if s.Spec.Driver == agent.DriverName {
+		if s.Spec.Driver == names.DriverName {
 			out = append(out, s)
 		}
 	}
@@ -191,7 +192,7 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 	}
 
 	base := t.TempDir() // short enough for unix socket paths
-	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", agent.DriverName),
+	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", names.DriverName),
 		registryDir: filepath.Join(base, "registry"), cdiRoot: filepath.Join(base, "cdi")}
 
 	first := k.startAgent(t, statusClient)
@@ -214,7 +215,7 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 	if dev2.AllowMultipleAllocations == nil || !*dev2.AllowMultipleAllocations || dev2.Capacity["memory"].RequestPolicy == nil {
 		t.Fatalf("consumable capacity dropped by the API server: %+v", dev2)
 	}
-	if _, err := env.Client.ResourceV1().DeviceClasses().Get(ctx, agent.DriverName, metav1.GetOptions{}); err != nil {
+	if _, err := env.Client.ResourceV1().DeviceClasses().Get(ctx, names.DriverName, metav1.GetOptions{}); err != nil {
 		t.Errorf("DeviceClass not installed: %v", err)
 	}
 
@@ -239,7 +240,7 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 			Name: "gpu",
 			Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: agent.DriverName,
+				DeviceClassName: names.DriverName,
 				Capacity:        &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")}},
 			},
 		}}}},
@@ -251,7 +252,7 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 	shareID := types.UID("9b1b8a44-4f0e-4b79-9a39-1d0a1b0c0d20")
 	claim.Status.Allocation = &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-			Request: "gpu", Driver: agent.DriverName, Pool: nodeName, Device: "gpu-2", ShareID: &shareID,
+			Request: "gpu", Driver: names.DriverName, Pool: nodeName, Device: "gpu-2", ShareID: &shareID,
 			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")},
 		}}},
 		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
@@ -326,7 +327,7 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 	second.fleet.GPUs[5].InjectXID(79)
 	waitForSlice(t, ctx, nodeName, func(s resourceapi.ResourceSlice) bool {
 		ts := s.Spec.Devices[5].Taints
-		return len(ts) == 1 && ts[0].Key == agent.UnhealthyTaintKey && ts[0].Value == "xid-79"
+		return len(ts) == 1 && ts[0].Key == names.TaintUnhealthy && ts[0].Value == "xid-79"
 	})
 
 	// Unprepare, twice.

@@ -12,7 +12,6 @@ import (
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
-	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // Cache keeps the scheduler's snapshot current from informer events, one object at a
@@ -372,7 +371,7 @@ func (c *Cache) claimInput(pod *corev1.Pod, id model.PodID, ours bool) (claimInp
 		// pods bound by another scheduler the claims are all there is), and a claim
 		// it shares is booked on its holder only.
 		if held := c.claimedGPUs(pod); len(held) > 0 {
-			in.held = mergeGPUs(ParseGPUs(pod.Annotations[names.AnnotationGPUs]), held)
+			in.held = mergeGPUs(bookedGPUs(pod), held)
 		}
 	case ours:
 		pcs, waiting := dra.Resolve(pod, c.claims)

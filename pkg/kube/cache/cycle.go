@@ -133,12 +133,24 @@ type Decisions struct {
 	Batches     []Batch
 	Evictions   []Victim
 	Nominations []scheduler.GangBind
-	Pending     []PendingGang
+	// Withdrawn are nominations the cycle ended: clear the pods' nominated node.
+	Withdrawn []scheduler.Withdrawal
+	Pending   []PendingGang
 	// Gone are gangs that were pending before and no longer exist.
 	Gone []model.GangID
 	// Incomplete are gangs that have waited too long for members that do not exist,
 	// to be told so once.
 	Incomplete []PendingGang
+	// ShareConflicts are pods bound or nominated in this plan whose GPU share and
+	// engine's start-up need contradict on the GPU they were given, for a warning.
+	ShareConflicts []ShareConflict
+}
+
+// ShareConflict is a pod whose share and gpu_memory_utilization contradict on its
+// GPU, and what it is booked for and why (model.GPUDemand.ShareConflict).
+type ShareConflict struct {
+	Pod     *model.Pod
+	Message string
 }
 
 // Commit records a plan before any of it reaches the API: binds are assumed (their
@@ -149,7 +161,7 @@ type Decisions struct {
 func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := &Decisions{Nominations: plan.Nominations}
+	d := &Decisions{Nominations: plan.Nominations, Withdrawn: plan.Withdrawn}
 	for _, pd := range plan.Pending {
 		c.cycle.failed[pd.Gang] = failure{versions: c.versions(pd.Gang), at: now}
 	}
@@ -171,9 +183,20 @@ func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
 			c.cycle.victims[ev.Pod] = ev.Preemptor
 		}
 	}
+	for _, wd := range plan.Withdrawn {
+		for _, id := range wd.Pods {
+			c.nominate(id, "")
+		}
+	}
 	for _, nom := range plan.Nominations {
 		for _, pl := range nom.Placements {
 			c.nominate(pl.Pod, pl.Node)
+			c.noteShareConflict(d, c.snap.Pods[pl.Pod], pl)
+		}
+	}
+	for _, b := range d.Batches {
+		for _, req := range b.Reqs {
+			c.noteShareConflict(d, req.Pod, req.Placement)
 		}
 	}
 	for _, pd := range plan.Pending {
@@ -250,8 +273,8 @@ func (c *Cache) assume(id model.PodID, pl placement.Placement, now int64) {
 	c.refreshPending(p.Gang)
 }
 
-// nominate records a preemptor's nominated node on its pod in the snapshot.
-// Caller holds mu.
+// nominate records a preemptor's nominated node on its pod in the snapshot ("" clears
+// it, kept so until the informer shows it cleared). Caller holds mu.
 func (c *Cache) nominate(id model.PodID, node string) {
 	p := c.snap.Pods[id]
 	if p == nil || p.Bound() {
@@ -262,6 +285,26 @@ func (c *Cache) nominate(id model.PodID, node string) {
 		q := *p
 		q.NominatedNode = node
 		c.snap.Pods[id] = &q
+	}
+}
+
+// noteShareConflict adds p to d.ShareConflicts when its share and its engine's
+// start-up need contradict on the GPU pl gives it. Caller holds mu.
+func (c *Cache) noteShareConflict(d *Decisions, p *model.Pod, pl placement.Placement) {
+	if p == nil || !p.GPU.Shared() || p.GPU.StartFreeFraction <= 0 {
+		return
+	}
+	n := c.snap.Node(pl.Node)
+	if n == nil {
+		return
+	}
+	for _, b := range pl.GPUs {
+		if g := n.GPUByIndex(b.Index); g != nil {
+			if msg := p.GPU.ShareConflict(g.MemoryBytes); msg != "" {
+				d.ShareConflicts = append(d.ShareConflicts, ShareConflict{Pod: p, Message: msg})
+				return
+			}
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -70,6 +71,14 @@ func podDemand(pod *corev1.Pod, requests corev1.ResourceList, claims claimInput)
 	return d, err
 }
 
+// AnnotatedDemand is the GPU demand a pod's gantry.dev/gpu-memory or
+// gantry.dev/gpu-fraction annotation asks for (with its nvidia.com/gpu count), read
+// exactly as the scheduler reads it; the error says what to change. The pod webhook
+// calls it, so that admission and scheduling cannot disagree on an annotation.
+func AnnotatedDemand(pod *corev1.Pod) (model.GPUDemand, error) {
+	return annotatedDemand(pod, podRequests(pod))
+}
+
 // annotatedDemand reads the gantry.dev/gpu-memory or gantry.dev/gpu-fraction
 // annotation (a share of one GPU per requested GPU, one GPU when none is requested),
 // else the nvidia.com/gpu count.
@@ -112,7 +121,8 @@ func annotatedDemand(pod *corev1.Pod, requests corev1.ResourceList) (model.GPUDe
 func ParseGPUMemory(v string) (int64, error) {
 	s := strings.TrimSpace(v)
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 || f*(1<<20) >= math.MaxInt64 {
+		// f*(1<<20) < 1: less than a byte, which would be read as 0 (fuzz finding).
+		if math.IsNaN(f) || math.IsInf(f, 0) || f*(1<<20) < 1 || f*(1<<20) >= math.MaxInt64 {
 			return 0, fmt.Errorf("%s=%q is not a positive amount of memory: write MiB as a plain number (20480) or a quantity with a unit (20Gi)", names.AnnotationGPUMemory, v)
 		}
 		return int64(f * (1 << 20)), nil
@@ -173,29 +183,54 @@ func FormatGPUs(gpus []model.GPUBinding) string {
 	return strings.Join(parts, ",")
 }
 
-// ParseGPUs reads names.AnnotationGPUs; malformed entries are skipped.
-func ParseGPUs(s string) []model.GPUBinding {
+// ParseGPUs reads names.AnnotationGPUs ("0,3:21474836480": whole GPU indices, or
+// INDEX:BYTES for a share). Any malformed entry is an error naming it, with the
+// entries that could be read: a booking read in part would book fewer GPUs than the
+// pod holds, so callers must not use a part (see bookedGPUs).
+func ParseGPUs(s string) ([]model.GPUBinding, error) {
 	if s == "" {
-		return nil
+		return nil, nil
 	}
 	var out []model.GPUBinding
+	var bad []string
 	for _, part := range strings.Split(s, ",") {
 		idx, bytes, share := strings.Cut(part, ":")
 		i, err := strconv.Atoi(idx)
 		if err != nil || i < 0 {
+			bad = append(bad, strconv.Quote(part))
 			continue
 		}
 		b := model.GPUBinding{Index: i, Whole: !share}
 		if share {
 			n, err := strconv.ParseInt(bytes, 10, 64)
 			if err != nil || n <= 0 {
+				bad = append(bad, strconv.Quote(part))
 				continue
 			}
 			b.MemoryBytes = n
 		}
 		out = append(out, b)
 	}
-	return out
+	if len(bad) > 0 {
+		return out, fmt.Errorf("%s=%q has unreadable entries %s: each entry is a GPU index (3) or INDEX:BYTES (3:21474836480); the scheduler writes this annotation when it binds the pod, so remove it rather than edit it", names.AnnotationGPUs, s, strings.Join(bad, ", "))
+	}
+	return out, nil
+}
+
+// bookedGPUs is the GPUs a pod's gantry.dev/gpus annotation books. A corrupt booking
+// (edited by hand, say) is dropped whole and logged, never used in part: the pod is
+// then booked as a pod bound by another scheduler is, on as many idle GPUs as its
+// demand asks (gpusFor, whole GPUs even for a share), so that it is never booked on
+// fewer GPUs than it holds. A pending pod's booking is overwritten when it is bound.
+func bookedGPUs(pod *corev1.Pod) []model.GPUBinding {
+	gpus, err := ParseGPUs(pod.Annotations[names.AnnotationGPUs])
+	if err != nil {
+		if pod.Spec.NodeName != "" {
+			klog.ErrorS(err, "Bound pod's GPU booking is unreadable; booking it on idle GPUs by its demand", "pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+		}
+		return nil
+	}
+	return gpus
 }
 
 // nodeFromAPI builds the node's schedulable view: allocatable, labels, taints. GPUs come

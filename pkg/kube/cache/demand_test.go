@@ -69,12 +69,38 @@ func TestGPUAnnotationRoundTrip(t *testing.T) {
 	if s != "0,3:21474836480" {
 		t.Errorf("FormatGPUs = %q", s)
 	}
-	out := ParseGPUs(s)
-	if len(out) != 2 || out[0] != in[0] || out[1] != in[1] {
-		t.Errorf("ParseGPUs(%q) = %+v, want %+v", s, out, in)
+	out, err := ParseGPUs(s)
+	if err != nil || len(out) != 2 || out[0] != in[0] || out[1] != in[1] {
+		t.Errorf("ParseGPUs(%q) = %+v, %v, want %+v", s, out, err, in)
 	}
-	if got := ParseGPUs("x,2:-5,4"); len(got) != 1 || got[0].Index != 4 {
-		t.Errorf("malformed entries must be skipped, got %+v", got)
+	for _, bad := range []string{"x,2:-5,4", "0,", "1:", "-1", "0:abc", " 1", "1:0"} {
+		if _, err := ParseGPUs(bad); err == nil || !strings.Contains(err.Error(), "INDEX:BYTES") {
+			t.Errorf("ParseGPUs(%q): error %v, want one saying what an entry is", bad, err)
+		}
+	}
+	if _, err := ParseGPUs("x,2:-5,4"); err == nil || !strings.Contains(err.Error(), `"x", "2:-5"`) {
+		t.Errorf("the error must name every bad entry: %v", err)
+	}
+}
+
+// A bound pod whose booking is corrupt is booked on as many idle GPUs as it asks for,
+// never on the part of the booking that could be read: those GPUs go to nobody else.
+func TestCorruptBookingIsBookedByDemand(t *testing.T) {
+	c, _ := gpuCluster(t, 4, "n1")
+	p := gpuPod("hand-edited", 3, 0, "n1")
+	p.Annotations = map[string]string{names.AnnotationGPUs: "0,x,2"}
+	c.UpsertPod(p)
+	if got := podOf(c, "ns/hand-edited"); len(got.GPUs) != 3 {
+		t.Fatalf("booked on %+v, want 3 GPUs (its demand), not the 2 readable entries", got.GPUs)
+	}
+	if n := idleGPUs(c, "n1"); n != 1 {
+		t.Errorf("%d idle GPUs, want 1", n)
+	}
+	p = p.DeepCopy()
+	p.Annotations[names.AnnotationGPUs] = "0,1,3"
+	c.UpsertPod(p)
+	if got := podOf(c, "ns/hand-edited"); len(got.GPUs) != 3 || got.GPUs[2].Index != 3 {
+		t.Errorf("a readable booking is used as written: %+v", got.GPUs)
 	}
 }
 

@@ -228,7 +228,7 @@ func TestChooseDevicesPacksShares(t *testing.T) {
 // never fit on the node.
 func TestChooseDevicesGivesGangMembersDifferentGPUs(t *testing.T) {
 	c := draCluster(t, 1, 2, func(int) string { return "NVIDIA H100 80GB HBM3" })
-	gang := map[string]string{"gantry.dev/pod-group": "g", "gantry.dev/min-member": "2"}
+	gang := map[string]string{names.AnnotationPodGroup: "g", names.AnnotationMinMember: "2"}
 	addGangClaimPod(c, "head", gang, selectorRequest(`device.attributes["gpu.gantry.dev"].index >= 0`))
 	addGangClaimPod(c, "worker", gang, selectorRequest(`device.attributes["gpu.gantry.dev"].productName.startsWith("NVIDIA")`))
 	pods := chooseNow(c)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/model"
-	"github.com/gantry-dev/gantry/pkg/names"
 )
 
 // defaultPreemptibleBelow is the priority under which work is preemptible unless a
@@ -26,7 +25,7 @@ func (c *Cache) podFromAPI(pod *corev1.Pod, id model.PodID, ours bool, reqs core
 		NodeSelector:     pod.Spec.NodeSelector,
 		Tolerations:      pod.Spec.Tolerations,
 		Node:             pod.Spec.NodeName,
-		GPUs:             ParseGPUs(pod.Annotations[names.AnnotationGPUs]),
+		GPUs:             bookedGPUs(pod),
 		Foreign:          !ours,
 		Terminating:      pod.DeletionTimestamp != nil,
 		NominatedNode:    pod.Status.NominatedNodeName,

@@ -131,3 +131,13 @@ func (c *Cache) commitHealth(d *Decisions, now time.Time) {
 		d.Incomplete = append(d.Incomplete, pg)
 	}
 }
+
+// IncompleteOverdue reports whether a gang has waited longer than the incomplete-gang
+// timeout for members that do not exist (Commit has told it so, in
+// Decisions.Incomplete), and that timeout. It stays true until the gang is whole or
+// gone.
+func (c *Cache) IncompleteOverdue(id model.GangID) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.timeouts.Incomplete, c.health.reported[id]
+}

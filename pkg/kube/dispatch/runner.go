@@ -90,6 +90,9 @@ type Runner struct {
 	nominated  map[model.PodID]string
 	lastReason map[model.GangID]string
 	pending    map[model.GangID]scheduler.Pending
+	// warned are the pods told of a share conflict (cache.ShareConflict), by UID:
+	// told once, not every cycle they are nominated.
+	warned map[string]bool
 	// bindFailures counts each gang's failed bind rounds since its last success,
 	// for its backoff.
 	bindFailures map[model.GangID]int
@@ -122,6 +125,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		nominated:    map[model.PodID]string{},
 		lastReason:   map[model.GangID]string{},
 		pending:      map[model.GangID]scheduler.Pending{},
+		warned:       map[string]bool{},
 		bindFailures: map[model.GangID]int{},
 		batchSlots:   semaphore.NewWeighted(int64(opts.BindWorkers)),
 	}
@@ -170,7 +174,13 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 
 	r.queueBinds(ctx, d.Batches)
-	r.evict(ctx, d.Evictions)
+	r.evict(ctx, d.Evictions, prep.Plan.Preemptions)
+	for _, wd := range d.Withdrawn {
+		klog.V(2).InfoS("Nomination withdrawn", "gang", wd.Gang, "reason", wd.Reason)
+		for _, id := range wd.Pods {
+			r.withdrawNomination(ctx, id)
+		}
+	}
 	for _, nom := range d.Nominations {
 		for _, pl := range nom.Placements {
 			r.nominate(ctx, pl)
@@ -192,6 +202,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	for _, pd := range d.Pending {
 		r.explainPending(ctx, pd)
 	}
+	r.warnShareConflicts(d.ShareConflicts)
 	for _, pd := range d.Incomplete {
 		klog.InfoS("Gang incomplete for too long", "gang", pd.Gang, "reason", pd.Reason)
 		for _, p := range pd.Pods {
@@ -247,6 +258,39 @@ func (r *Runner) nominate(ctx context.Context, pl placement.Placement) {
 	}()
 }
 
+// withdrawNomination clears a pod's status.nominatedNodeName.
+func (r *Runner) withdrawNomination(ctx context.Context, id model.PodID) {
+	r.mu.Lock()
+	delete(r.nominated, id)
+	r.mu.Unlock()
+	ns, name := splitID(id)
+	go func() {
+		if err := patchNominatedNode(ctx, r.client, ns, name, ""); err != nil {
+			klog.V(2).InfoS("Withdraw nomination", "pod", id, "err", err)
+		}
+	}()
+}
+
+// warnShareConflicts emits a warning Event, once per pod, on pods whose GPU share and
+// engine's gpu_memory_utilization contradict: the pod is booked for the larger, and
+// the user should make the two agree (issue 19). The Event goes with the pod's first
+// nomination or bind; a pod is forgotten once bound, as it is not placed again.
+func (r *Runner) warnShareConflicts(conflicts []cache.ShareConflict) {
+	for _, sc := range conflicts {
+		key := sc.Pod.UID
+		if key == "" {
+			key = string(sc.Pod.ID)
+		}
+		r.mu.Lock()
+		seen := r.warned[key]
+		r.warned[key] = true
+		r.mu.Unlock()
+		if !seen {
+			r.status.event(sc.Pod, corev1.EventTypeWarning, names.EventGPUShareConflict, sc.Message)
+		}
+	}
+}
+
 // explainPending writes why a gang waits on its pods (PodScheduled=False and an
 // Event), only when the reason changed.
 func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
@@ -268,9 +312,10 @@ func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
 }
 
 // evict carries out a cycle's evictions, one group per preemptor, each all or none
-// (evictor.evictFor), in the background. Victims not evicted run on: the cache
-// counts them as running again.
-func (r *Runner) evict(ctx context.Context, victims []cache.Victim) {
+// (evictor.evictFor), in the background, and counts each decision carried out
+// (decisions are the cycle's Plan.Preemptions). Victims not evicted run on: the
+// cache counts them as running again.
+func (r *Runner) evict(ctx context.Context, victims []cache.Victim, decisions []scheduler.Preemption) {
 	byPreemptor := map[model.GangID][]cache.Victim{}
 	var order []model.GangID
 	for _, v := range victims {
@@ -296,11 +341,55 @@ func (r *Runner) evict(ctx context.Context, victims []cache.Victim) {
 			if err != nil {
 				klog.InfoS("Evictions not issued", "preemptor", g, "victims", len(kept), "reason", err)
 			}
-			for _, v := range evicted {
-				r.metrics.ObserveEviction(v.Kind, v.GPUMemory)
-			}
+			r.observeEvictions(evicted, len(kept) == 0, decisions)
 		}()
 	}
+}
+
+// observeEvictions counts the victims evicted for one preemptor and what they freed:
+// the decision's own figures when all its victims were evicted (FreedBytes is the
+// memory measured free, whole GPUs and shares alike), else what the evicted victims
+// held. Evictions of no decision (a gang's own members below its minimum) count the
+// memory they held.
+func (r *Runner) observeEvictions(evicted []cache.Victim, all bool, decisions []scheduler.Preemption) {
+	if len(evicted) == 0 {
+		return
+	}
+	var whole, shared int
+	var freed int64
+	found := false
+	for _, p := range decisions {
+		if p.Preemptor == evicted[0].Preemptor && p.Kind == evicted[0].Kind {
+			whole, shared, freed, found = whole+p.WholeGPUs, shared+p.SharedVictims, freed+p.FreedBytes, true
+		}
+	}
+	if !found {
+		for _, v := range evicted {
+			r.metrics.ObserveEviction(v.Kind, v.GPUMemory)
+		}
+		return
+	}
+	for _, v := range evicted {
+		r.metrics.ObserveEviction(v.Kind, 0)
+	}
+	if !all {
+		whole, shared, freed = 0, 0, 0
+		for _, v := range evicted {
+			freed += v.GPUMemory
+			held := false
+			for _, b := range v.Pod.GPUs {
+				if b.Whole {
+					whole++
+				} else {
+					held = true
+				}
+			}
+			if held {
+				shared++
+			}
+		}
+	}
+	r.metrics.ObservePreemption(evicted[0].Kind, whole, shared, freed)
 }
 
 // paused is how long cycles must still wait for the API server to be reachable.
@@ -366,6 +455,7 @@ func (r *Runner) bindBatch(ctx context.Context, b cache.Batch) {
 	for _, res := range results {
 		if res.outcome == bound {
 			delete(r.nominated, res.req.Pod.ID)
+			delete(r.warned, res.req.Pod.UID)
 		}
 	}
 	if err == nil {

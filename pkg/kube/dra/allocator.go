@@ -130,7 +130,9 @@ func NeedsAllocator(pod *corev1.Pod, pcs []Claim) bool {
 				return true
 			}
 			mem := RequestedMemory(e)
-			if kind >= 0 && mem != kind {
+			if mem < 0 || (kind >= 0 && mem != kind) {
+				// A negative share (fuzz finding) is the structured allocator's
+				// to refuse, with its words as the pod's reason.
 				return true
 			}
 			kind = mem
@@ -168,7 +170,7 @@ func StructuredDemand(pod *corev1.Pod, pcs []Claim, d model.GPUDemand) model.GPU
 			if e == nil || e.DeviceClassName != names.DriverName {
 				continue
 			}
-			d.Count += max(int(e.Count), 1)
+			d.Count += requestedCount(e.Count)
 			d.MemoryBytes = max(d.MemoryBytes, RequestedMemory(e))
 		}
 	}
@@ -640,8 +642,11 @@ func gpusOfAllocation(snap *model.Snapshot, node string, results []resourceapi.A
 // deviceIndex reads the GPU index from a device name DeviceName made.
 func DeviceIndex(name string) (int, error) {
 	s, ok := strings.CutPrefix(name, "gpu-")
-	if !ok {
+	i, err := strconv.Atoi(s)
+	// Only the name DeviceName gives: "gpu--1" would be index -1 and "gpu-01" an
+	// alias of gpu-1 (fuzz findings).
+	if !ok || err != nil || i < 0 || DeviceName(i) != name {
 		return 0, fmt.Errorf("not a GPU device: %s", name)
 	}
-	return strconv.Atoi(s)
+	return i, nil
 }

@@ -11,6 +11,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -77,12 +78,23 @@ func Resolve(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim) (out
 func Demand(pcs []Claim, d model.GPUDemand) model.GPUDemand {
 	for _, pc := range pcs {
 		for _, r := range pc.Claim.Spec.Devices.Requests {
-			d.Count += max(int(r.Exactly.Count), 1)
+			d.Count += requestedCount(r.Exactly.Count)
 			d.MemoryBytes = RequestedMemory(r.Exactly)
 			d.ByDevice = true
 		}
 	}
 	return d
+}
+
+// maxRequestCount bounds one request's device count as the scheduler reads it. The
+// API server bounds it by nothing but int64; a count above any node's GPUs never fits
+// anyway, and summing two near 2^62 would wrap to a negative demand (fuzz finding).
+const maxRequestCount = 1 << 20
+
+// requestedCount is a request's count as a number of GPUs: at least 1 (the API's
+// default), at most maxRequestCount.
+func requestedCount(n int64) int {
+	return int(min(max(n, 1), maxRequestCount))
 }
 
 // RequestedMemory is the memory share a request asks for, or 0 for whole devices.
@@ -118,6 +130,10 @@ func Allocate(ctx context.Context, client kubernetes.Interface, pod *model.Pod, 
 			if c, err = releaseAllocation(ctx, client, c); err != nil {
 				return err
 			}
+		}
+		c, err := protect(ctx, client, c)
+		if err != nil {
+			return err
 		}
 		var results []resourceapi.DeviceRequestAllocationResult
 		for _, r := range c.Spec.Devices.Requests {
@@ -158,6 +174,24 @@ func Allocate(ctx context.Context, client kubernetes.Interface, pod *model.Pod, 
 	return nil
 }
 
+// protect adds resourceapi.Finalizer (resource.kubernetes.io/delete-protection) to a
+// claim about to be allocated and returns the claim as stored, as kube-scheduler
+// does: kube-controller-manager clears the allocation of a claim whose pods have all
+// ended only when it carries this finalizer, and keeps the claim from being deleted
+// while allocated. Without it, a claim of its own (not from a template) stayed
+// allocated after its pods were gone: a leaked allocation (chaos finding).
+func protect(ctx context.Context, client kubernetes.Interface, c *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
+	if slices.Contains(c.Finalizers, resourceapi.Finalizer) {
+		return c, nil
+	}
+	c.Finalizers = append(c.Finalizers, resourceapi.Finalizer)
+	out, err := client.ResourceV1().ResourceClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("add finalizer %s to ResourceClaim %s/%s: %w", resourceapi.Finalizer, c.Namespace, c.Name, err)
+	}
+	return out, nil
+}
+
 // releaseAllocation clears a claim's allocation and reservations (the API server
 // allows an allocation to be replaced only through nil) and returns the claim.
 func releaseAllocation(ctx context.Context, client kubernetes.Interface, c *resourceapi.ResourceClaim) (*resourceapi.ResourceClaim, error) {
@@ -171,14 +205,16 @@ func releaseAllocation(ctx context.Context, client kubernetes.Interface, c *reso
 
 // GPUOfResult is the GPU binding one gpu.gantry.dev allocation result on node
 // stands for: a share of the memory it consumes, or the whole GPU (also when the
-// share is all of the GPU's memory, gpuMemory, where known). ok is false for
+// share is all of the GPU's memory, gpuMemory, where known, or not positive). ok is false for
 // another driver's device or another node's.
 func GPUOfResult(r resourceapi.DeviceRequestAllocationResult, node string, gpuMemory int64) (b model.GPUBinding, ok bool) {
 	index, err := DeviceIndex(r.Device)
 	if r.Driver != names.DriverName || r.Pool != node || err != nil {
 		return b, false
 	}
-	if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil && (gpuMemory <= 0 || q.Value() < gpuMemory) {
+	// A share that consumes no memory, or less than none (fuzz finding), is booked as
+	// the whole GPU: never as less than nothing.
+	if q, ok := r.ConsumedCapacity[memoryCapacity]; ok && r.ShareID != nil && q.Value() > 0 && (gpuMemory <= 0 || q.Value() < gpuMemory) {
 		return model.GPUBinding{Index: index, MemoryBytes: q.Value()}, true
 	}
 	return model.GPUBinding{Index: index, MemoryBytes: gpuMemory, Whole: true}, true

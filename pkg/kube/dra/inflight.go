@@ -97,6 +97,10 @@ func Write(ctx context.Context, client kubernetes.Interface, pod *model.Pod, pcs
 					return err
 				}
 			}
+			var err error
+			if c, err = protect(ctx, client, c); err != nil {
+				return err
+			}
 			a := allocs[next].DeepCopy()
 			next++
 			if a.AllocationTimestamp == nil {

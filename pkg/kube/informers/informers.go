@@ -1,7 +1,8 @@
 // Package informers feeds the cache from the API server: one informer per kind, each
 // through the one generic handler helper on, with pods and nodes slimmed to what the
 // scheduler reads, and an ObjectLookup of the gang owners (RayCluster, RayJob,
-// RayService, PodGroup) for pkg/gang.
+// RayService, PodGroup) for pkg/gang. A custom resource not served at start (a CRD
+// installed after the scheduler) is watched once discovery shows it (late.go).
 //
 // It translates nothing itself: every event goes to one cache method. It must not
 // import the dispatcher or the reporters, and writes nothing to the API.
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +36,7 @@ import (
 	gcache "github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/pkg/podspec/volumebind"
 )
 
@@ -41,18 +44,30 @@ import (
 type Informers struct {
 	core    informers.SharedInformerFactory
 	dynamic dynamicinformer.DynamicSharedInformerFactory
+	client  kubernetes.Interface
 	synced  []cache.InformerSynced
 	Lookup  *ObjectLookup
+	// Rediscover is how often discovery is asked again for the custom resources not
+	// served at start (default DefaultRediscover); set it before Start.
+	Rediscover time.Duration
+	// late are the custom resources not served at start, watched once they are.
+	late []lateWatch
 }
 
-// NewInformers registers every informer the scheduler needs. Kinds whose API is not
-// served (KubeRay not installed, say) are skipped with a log line, so the scheduler
-// works without them; it picks them up on restart.
+// DefaultRediscover is how often the API server is asked whether a custom resource
+// that was not served (KubeRay's CRDs installed after the scheduler) is served now.
+const DefaultRediscover = 10 * time.Second
+
+// New registers every informer the scheduler needs. Custom resources whose API is
+// not served at start (KubeRay not installed yet, say) are skipped with a log line,
+// and watched once discovery shows them (late.go): no restart needed.
 func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lookup *ObjectLookup) (*Informers, error) {
 	inf := &Informers{
-		core:    informers.NewSharedInformerFactory(client, 0),
-		dynamic: dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
-		Lookup:  lookup,
+		core:       informers.NewSharedInformerFactory(client, 0),
+		dynamic:    dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
+		client:     client,
+		Lookup:     lookup,
+		Rediscover: DefaultRediscover,
 	}
 	pods := inf.core.Core().V1().Pods().Informer()
 	if err := pods.SetTransform(slimPod); err != nil {
@@ -78,7 +93,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 			func(pc *schedv1.PriorityClass) { c.DeletePriorityClass(pc.Name); c.RegroupAll("") })),
 	}
 	served := servedResources(client)
-	dra := names.ResourceGroupVersion
+	dra := gvr.Resource
 	if served[dra.WithResource("resourceslices")] {
 		errs = append(errs, add(on(inf.core.Resource().V1().ResourceSlices().Informer(), c.UpsertSlice, c.DeleteSlice)))
 	}
@@ -127,7 +142,8 @@ func (inf *Informers) watchCustom(c *gcache.Cache, lookup *ObjectLookup, served 
 	add func(cache.ResourceEventHandlerRegistration, error) error) error {
 	watch := func(gvr schema.GroupVersionResource, upsert func(*unstructured.Unstructured), remove func(*unstructured.Unstructured)) error {
 		if !served[gvr] {
-			klog.InfoS("API not served; not watching it", "resource", gvr.String())
+			klog.InfoS("API not served; watching it once it is", "resource", gvr.String())
+			inf.late = append(inf.late, lateWatch{gvr: gvr, upsert: upsert, remove: remove})
 			return nil
 		}
 		return add(on(inf.dynamic.ForResource(gvr).Informer(), upsert, remove))
@@ -154,22 +170,26 @@ func (inf *Informers) watchCustom(c *gcache.Cache, lookup *ObjectLookup, served 
 		c.SetQueues(cp)
 	}
 	errs := []error{
-		watch(names.QueueGVR, func(u *unstructured.Unstructured) { setQueues(u, true) }, func(u *unstructured.Unstructured) { setQueues(u, false) }),
-		watch(names.GPUNodeGVR, func(u *unstructured.Unstructured) { upsertGPUNode(c, u) }, func(u *unstructured.Unstructured) { c.SetLive(u.GetName(), nil) }),
-		watch(names.PodGroupGVR, lookupUpsert[schedulingv1alpha1.PodGroup](c, lookup.podGroups), lookupRemove(c, lookup.podGroups)),
-		watch(names.RayClusterGVR, lookupUpsert[rayv1.RayCluster](c, lookup.rayClusters), lookupRemove(c, lookup.rayClusters)),
-		watch(names.RayJobGVR, lookupUpsert[rayv1.RayJob](c, lookup.rayJobs), lookupRemove(c, lookup.rayJobs)),
-		watch(names.RayServiceGVR, lookupUpsert[rayv1.RayService](c, lookup.rayServices), lookupRemove(c, lookup.rayServices)),
+		watch(gvr.Queue, func(u *unstructured.Unstructured) { setQueues(u, true) }, func(u *unstructured.Unstructured) { setQueues(u, false) }),
+		watch(gvr.GPUNode, func(u *unstructured.Unstructured) { upsertGPUNode(c, u) }, func(u *unstructured.Unstructured) { c.SetLive(u.GetName(), nil) }),
+		watch(gvr.PodGroup, lookupUpsert[schedulingv1alpha1.PodGroup](c, lookup.podGroups), lookupRemove(c, lookup.podGroups)),
+		watch(gvr.RayCluster, lookupUpsert[rayv1.RayCluster](c, lookup.rayClusters), lookupRemove(c, lookup.rayClusters)),
+		watch(gvr.RayJob, lookupUpsert[rayv1.RayJob](c, lookup.rayJobs), lookupRemove(c, lookup.rayJobs)),
+		watch(gvr.RayService, lookupUpsert[rayv1.RayService](c, lookup.rayServices), lookupRemove(c, lookup.rayServices)),
 	}
 	return errors.Join(errs...)
 }
 
-// Start starts the informers and waits for their first lists.
+// Start starts the informers and waits for their first lists. The custom resources
+// not served yet are watched in the background once they are, until ctx ends.
 func (inf *Informers) Start(ctx context.Context) error {
 	inf.core.Start(ctx.Done())
 	inf.dynamic.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.synced...) {
 		return fmt.Errorf("informers did not sync")
+	}
+	if len(inf.late) > 0 {
+		go inf.watchLate(ctx)
 	}
 	return nil
 }
@@ -205,11 +225,12 @@ func fromUnstructured(u *unstructured.Unstructured, into any) error {
 
 // servedResources asks discovery which of the resources the scheduler may watch the
 // API server serves.
-func servedResources(client kubernetes.Interface) map[schema.GroupVersionResource]bool {
+func servedResources(client kubernetes.Interface, gvs ...schema.GroupVersion) map[schema.GroupVersionResource]bool {
+	if len(gvs) == 0 {
+		gvs = []schema.GroupVersion{gvr.Queue.GroupVersion(), gvr.GPUNode.GroupVersion(), gvr.RayCluster.GroupVersion(), gvr.Resource}
+	}
 	out := map[schema.GroupVersionResource]bool{}
-	for _, gv := range []schema.GroupVersion{
-		names.QueueGVR.GroupVersion(), names.GPUNodeGVR.GroupVersion(), names.RayClusterGVR.GroupVersion(), names.ResourceGroupVersion,
-	} {
+	for _, gv := range gvs {
 		list, err := client.Discovery().ServerResourcesForGroupVersion(gv.String())
 		if err != nil {
 			continue

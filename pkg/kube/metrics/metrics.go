@@ -22,6 +22,9 @@ type Metrics struct {
 	pendingByReason    *prometheus.CounterVec
 	preemptions        *prometheus.CounterVec
 	preemptedGPUMemory *prometheus.CounterVec
+	preemptionsByKind  *prometheus.CounterVec
+	preemptedGPUs      *prometheus.CounterVec
+	preemptedShared    *prometheus.CounterVec
 	queueFairShare     *prometheus.GaugeVec
 	queueAllocated     *prometheus.GaugeVec
 	queueLimit         *prometheus.GaugeVec
@@ -52,7 +55,13 @@ func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gantry_scheduler_preemption_victims_total", Help: "Pods evicted to make room, by kind (preempt or reclaim)."}, []string{"kind"}),
 		preemptedGPUMemory: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gantry_scheduler_preempted_gpu_memory_bytes_total", Help: "GPU memory freed by evictions, by kind."}, []string{"kind"}),
+			Name: "gantry_scheduler_preempted_gpu_memory_bytes_total", Help: "GPU memory freed by evictions, whole GPUs and shares alike (measured by the node agent where it reports), by kind."}, []string{"kind"}),
+		preemptionsByKind: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_preemptions_total", Help: "Preemption decisions carried out (one per preemptor and cycle, its evictions all issued), by kind."}, []string{"kind"}),
+		preemptedGPUs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_preempted_whole_gpus_total", Help: "Whole GPUs held by evicted pods, by kind."}, []string{"kind"}),
+		preemptedShared: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gantry_scheduler_preempted_shared_victims_total", Help: "Evicted pods that held GPU memory shares, by kind."}, []string{"kind"}),
 		queueFairShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gantry_queue_fair_share", Help: "A queue's fair share of a resource (GPUs, millicores, bytes)."}, []string{"queue", "resource"}),
 		queueAllocated: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -67,12 +76,16 @@ func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 	for _, kind := range []string{"preempt", "reclaim"} {
 		m.preemptions.WithLabelValues(kind)
 		m.preemptedGPUMemory.WithLabelValues(kind)
+		m.preemptionsByKind.WithLabelValues(kind)
+		m.preemptedGPUs.WithLabelValues(kind)
+		m.preemptedShared.WithLabelValues(kind)
 	}
 	for _, k := range pendingKinds {
 		m.pendingByReason.WithLabelValues(k)
 	}
 	reg.MustRegister(m.cycleSeconds, m.draSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
 		m.bindFailures, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
+		m.preemptionsByKind, m.preemptedGPUs, m.preemptedShared,
 		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota)
 	return m
 }
@@ -113,14 +126,30 @@ func (m *Metrics) ObserveBinds(bound, failed int, d time.Duration, createdAt []i
 	}
 }
 
-// ObserveEviction records one victim evicted, by kind ("preempt" or "reclaim"), and
-// the GPU memory it freed.
+// ObserveEviction records one victim evicted, by kind ("preempt", "reclaim", or
+// "gang-below-minimum" for a gang's own members), and the GPU memory it freed, if any.
+// Victims of a preemption decision pass 0 memory: ObservePreemption adds what the
+// decision freed.
 func (m *Metrics) ObserveEviction(kind string, gpuMemoryBytes int64) {
 	if m == nil {
 		return
 	}
 	m.preemptions.WithLabelValues(kind).Inc()
-	m.preemptedGPUMemory.WithLabelValues(kind).Add(float64(gpuMemoryBytes))
+	if gpuMemoryBytes > 0 {
+		m.preemptedGPUMemory.WithLabelValues(kind).Add(float64(gpuMemoryBytes))
+	}
+}
+
+// ObservePreemption records one preemption decision carried out: the whole GPUs its
+// victims held, how many victims held GPU shares, and the GPU memory freed.
+func (m *Metrics) ObservePreemption(kind string, wholeGPUs, sharedVictims int, freedBytes int64) {
+	if m == nil {
+		return
+	}
+	m.preemptionsByKind.WithLabelValues(kind).Inc()
+	m.preemptedGPUs.WithLabelValues(kind).Add(float64(wholeGPUs))
+	m.preemptedShared.WithLabelValues(kind).Add(float64(sharedVictims))
+	m.preemptedGPUMemory.WithLabelValues(kind).Add(float64(freedBytes))
 }
 
 // ObservePending records a gang left pending, by the kind of its reason.

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,12 +13,15 @@ import (
 	schedulingv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/scheduling/v1alpha1"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
 // reportPodGroups writes each PodGroup's phase, member counts and Scheduled
 // condition, whose message is the reason the scheduler gave for leaving the gang
-// pending. Only changes are written.
+// pending; its reason is typed (names.ReasonPodGroup*), GangIncomplete once the gang
+// has waited longer than allowed for members that do not exist. Only changes are
+// written.
 func (r *StatusReporter) reportPodGroups(ctx context.Context) {
 	if r.podGroups == nil || r.pending == nil {
 		return
@@ -38,16 +42,21 @@ func (r *StatusReporter) podGroupStatus(id model.GangID, pg *schedulingv1alpha1.
 	switch {
 	case st.Running+st.Succeeded >= minimum && st.Running > 0:
 		st.Phase = schedulingv1alpha1.PodGroupRunning
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, schedulingv1alpha1.PodGroupReasonScheduled, "the gang's minimum is bound"
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, names.ReasonPodGroupScheduled, "the gang's minimum is bound"
 	case st.Succeeded >= minimum && minimum > 0:
 		st.Phase = schedulingv1alpha1.PodGroupSucceeded
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, schedulingv1alpha1.PodGroupReasonScheduled, "the gang's minimum has succeeded"
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, names.ReasonPodGroupScheduled, "the gang's minimum has succeeded"
 	default:
 		st.Phase = schedulingv1alpha1.PodGroupPending
-		cond.Status, cond.Reason = metav1.ConditionFalse, schedulingv1alpha1.PodGroupReasonUnschedulable
+		cond.Status, cond.Reason = metav1.ConditionFalse, names.ReasonPodGroupUnschedulable
 		cond.Message = "waiting for the next scheduling cycle"
 		if pd, ok := r.pending(id); ok {
 			cond.Reason, cond.Message = podGroupReason(pd), pd.Reason
+		}
+		if timeout, overdue := r.cache.IncompleteOverdue(id); overdue {
+			// The same fact the gang's pods carry (PodScheduled=False, GangIncomplete).
+			cond.Reason = names.ReasonPodGroupIncomplete
+			cond.Message = fmt.Sprintf("incomplete for more than %s (incompleteGangTimeout): %s", timeout, cond.Message)
 		}
 	}
 	st.Conditions = []metav1.Condition{cond}
@@ -57,15 +66,15 @@ func (r *StatusReporter) podGroupStatus(id model.GangID, pg *schedulingv1alpha1.
 func podGroupReason(pd scheduler.Pending) string {
 	switch pd.Kind {
 	case scheduler.PendingIncomplete:
-		return schedulingv1alpha1.PodGroupReasonWaitingForPods
+		return names.ReasonPodGroupWaitingForPods
 	case scheduler.PendingQueueLimit:
-		return schedulingv1alpha1.PodGroupReasonOverQueueLimit
+		return names.ReasonPodGroupOverQueueLimit
 	case scheduler.PendingQueueNotLeaf:
-		return schedulingv1alpha1.PodGroupReasonQueueNotLeaf
+		return names.ReasonPodGroupQueueNotLeaf
 	case scheduler.PendingQueueNotFound:
-		return schedulingv1alpha1.PodGroupReasonQueueNotFound
+		return names.ReasonPodGroupQueueNotFound
 	default:
-		return schedulingv1alpha1.PodGroupReasonUnschedulable
+		return names.ReasonPodGroupUnschedulable
 	}
 }
 
@@ -82,7 +91,7 @@ func (r *StatusReporter) writePodGroup(ctx context.Context, ns, name string, st 
 	if err != nil {
 		return
 	}
-	if _, err := r.dyn.Resource(names.PodGroupGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := r.dyn.Resource(gvr.PodGroup).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.V(2).InfoS("Write PodGroup status", "podgroup", ns+"/"+name, "err", err)
 		return
 	}

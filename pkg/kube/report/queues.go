@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kube/metrics"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
@@ -88,7 +89,7 @@ func (r *StatusReporter) Report(ctx context.Context) {
 	sort.Strings(queues)
 	for _, name := range queues {
 		st := queueStatus{}
-		valid := metav1.Condition{Type: names.ConditionQueueValid, Status: metav1.ConditionTrue, Reason: schedulingv1alpha1.QueueReasonValid, Message: "the queue is part of a valid tree"}
+		valid := metav1.Condition{Type: names.ConditionQueueValid, Status: metav1.ConditionTrue, Reason: names.ReasonQueueValid, Message: "the queue is part of a valid tree"}
 		var qs *fairshare.QueueShare
 		if shares != nil {
 			qs = shares.Queue(name)
@@ -153,7 +154,7 @@ func (r *StatusReporter) write(ctx context.Context, name string, st queueStatus)
 	if err != nil {
 		return
 	}
-	if _, err := r.dyn.Resource(names.QueueGVR).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := r.dyn.Resource(gvr.Queue).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.V(2).InfoS("Write queue status", "queue", name, "err", err)
 		return
 	}

@@ -52,6 +52,9 @@ func Run(t *testing.T, sc Scenario) {
 		if cycle == 1 {
 			CheckPlan(t, "cycle 1", plan, sc.Expect)
 		}
+		if want, ok := sc.Later[cycle]; ok && cycle > 1 {
+			CheckPlan(t, fmt.Sprintf("cycle %d", cycle), plan, want)
+		}
 		for _, e := range plan.Evictions {
 			if first, ok := madeRoomFor[[2]model.GangID{e.Preemptor, e.Gang}]; ok {
 				t.Errorf("cycle %d: ping-pong: %s evicts %s, which evicted it in cycle %d (%s)", cycle, e.Preemptor, e.Gang, first, e.Reason)
@@ -64,7 +67,7 @@ func Run(t *testing.T, sc Scenario) {
 			t.Errorf("cycle %d of %d should change nothing, but binds %v and evicts %v", cycle, cycles, Binds(plan), Evicted(plan))
 		}
 		if testing.Verbose() {
-			t.Logf("cycle %d: binds %v, evicts %v, nominates %v, pending %v", cycle, Binds(plan), Evicted(plan), Nominated(plan), PendingKinds(plan))
+			t.Logf("cycle %d: binds %v, evicts %v, nominates %v, withdraws %v, pending %v", cycle, Binds(plan), Evicted(plan), Nominated(plan), Withdrawn(plan), PendingKinds(plan))
 			for _, e := range plan.Evictions {
 				t.Logf("  evict %s: %s", e.Pod, e.Reason)
 			}
@@ -90,6 +93,7 @@ func CheckPlan(t *testing.T, when string, plan *scheduler.Plan, want Expect) {
 	compare("binds", Binds(plan), want.Binds)
 	compare("evicted", Evicted(plan), want.Evicted)
 	compare("nominated", Nominated(plan), want.Nominated)
+	compare("withdrawn", Withdrawn(plan), want.Withdrawn)
 	for gang, nodes := range want.Placed {
 		if got := placedOn(plan, gang); strings.Join(got, " ") != strings.Join(nodes, " ") {
 			t.Errorf("%s: %s placed on %v, want %v", when, gang, got, nodes)
@@ -158,6 +162,13 @@ func Apply(snap *model.Snapshot, plan *scheduler.Plan) {
 			}
 		}
 	}
+	for _, wd := range plan.Withdrawn {
+		for _, id := range wd.Pods {
+			if p := snap.Pods[id]; p != nil {
+				p.NominatedNode = ""
+			}
+		}
+	}
 	for _, nom := range plan.Nominations {
 		for _, pl := range nom.Placements {
 			if p := snap.Pods[pl.Pod]; p != nil {
@@ -165,6 +176,16 @@ func Apply(snap *model.Snapshot, plan *scheduler.Plan) {
 			}
 		}
 	}
+}
+
+// Withdrawn lists the gangs whose nomination a plan ended.
+func Withdrawn(plan *scheduler.Plan) []string {
+	var out []string
+	for _, wd := range plan.Withdrawn {
+		out = append(out, string(wd.Gang))
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ApplyLingering is Apply, with the victims on the nodes of linger left terminating

@@ -47,6 +47,8 @@ type Scenario struct {
 
 	// Expect is checked against the first cycle's Plan.
 	Expect Expect
+	// Later are expectations of later cycles' Plans, by cycle number (2 and up).
+	Later map[int]Expect
 	// Cycles is how many cycles to run (1 when zero). With more, each Plan is carried
 	// out before the next cycle (Apply), Arrive and Leave change the cluster, Final is
 	// checked after the last, and the last Settle cycles must change nothing.
@@ -135,6 +137,9 @@ type Gang struct {
 	OnNodes []string
 	// Bound is how many members are bound when running (all when zero).
 	Bound int
+	// NominatedTo is the node an earlier cycle nominated the gang's pending pods to
+	// (a preemption made room for them there).
+	NominatedTo string
 	// StartedAgo is how long ago a running gang started, in seconds (default 3600).
 	StartedAgo int64
 	// Pod is what every pod of the gang states beyond resources, in the API's terms
@@ -150,6 +155,8 @@ type Expect struct {
 	Evicted []string
 	// Nominated are gang names whose victims are on their way out.
 	Nominated []string
+	// Withdrawn are gang names whose nomination the cycle ended (Plan.Withdrawn).
+	Withdrawn []string
 	// Pending maps every gang left pending to why.
 	Pending map[string]scheduler.PendingKind
 	// FitsOn maps a pending gang to the nodes its first pending pod fits on before
@@ -293,6 +300,9 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 			if err := bindPod(snap, p, nodeName, Now-or(g.StartedAgo, 3600)); err != nil {
 				return fmt.Errorf("scenario: gang %s: %w", g.Name, err)
 			}
+		}
+		if i >= bound {
+			p.NominatedNode = g.NominatedTo
 		}
 		snap.Pods[p.ID] = p
 		mg.Members = append(mg.Members, p.ID)

@@ -1,13 +1,14 @@
 package v1alpha1
 
 import (
+	"github.com/gantry-dev/gantry/pkg/names"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // GroupName is the API group of the node agent's objects.
-const GroupName = "gpu.gantry.dev"
+const GroupName = names.GroupGPU
 
 var (
 	// SchemeGroupVersion is gpu.gantry.dev/v1alpha1.

@@ -4,18 +4,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Pod metadata that ties a pod to a gang and to its part of it.
-const (
-	// PodGroupAnnotation on a pod names its gang: the PodGroup of that name in the
-	// pod's namespace, or, when no such PodGroup exists, an ad-hoc gang of all pods
-	// that carry the same value.
-	PodGroupAnnotation = "gantry.dev/pod-group"
-	// MinMemberAnnotation on a pod of an ad-hoc gang says how many pods must start
-	// together. A PodGroup's spec.minMember wins over it.
-	MinMemberAnnotation = "gantry.dev/min-member"
-	// SubGroupLabel on a pod names its sub-group of the PodGroup.
-	SubGroupLabel = "gantry.dev/sub-group"
-)
+// The pod metadata that ties a pod to a gang (annotations gantry.dev/pod-group and
+// gantry.dev/min-member, label gantry.dev/sub-group) is named in pkg/names.
 
 // PodGroup declares a gang explicitly: pods annotated gantry.dev/pod-group=<name> in
 // the same namespace start together, at least spec.minMember of them, or none does.
@@ -137,31 +127,8 @@ type PodGroupStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
-// PodGroup condition types and reasons.
-const (
-	// PodGroupConditionScheduled is True once minMember pods are placed together.
-	PodGroupConditionScheduled = "Scheduled"
-	// PodGroupConditionPreempted is True after the gang was evicted to make room for
-	// higher-priority work; its message says by whom.
-	PodGroupConditionPreempted = "Preempted"
-
-	// PodGroupReasonScheduled: the minimum is placed.
-	PodGroupReasonScheduled = "Scheduled"
-	// PodGroupReasonWaitingForPods: fewer than minMember pods exist yet; the message says
-	// "waiting for N of M pods to be created".
-	PodGroupReasonWaitingForPods = "WaitingForPods"
-	// PodGroupReasonUnschedulable: the pods exist but do not fit together.
-	PodGroupReasonUnschedulable = "Unschedulable"
-	// PodGroupReasonQueueNotFound: the queue the gang is charged to does not exist.
-	PodGroupReasonQueueNotFound = "QueueNotFound"
-	// PodGroupReasonQueueNotLeaf: the queue has child queues; gangs go to leaf queues.
-	PodGroupReasonQueueNotLeaf = "QueueNotLeaf"
-	// PodGroupReasonOverQueueLimit: starting the gang would take its queue (or a parent)
-	// past a limit.
-	PodGroupReasonOverQueueLimit = "OverQueueLimit"
-	// PodGroupReasonPreempted: the gang was evicted for higher-priority work.
-	PodGroupReasonPreempted = "Preempted"
-)
+// PodGroup condition types and reasons are named in pkg/names
+// (ConditionPodGroup*, ReasonPodGroup*).
 
 // +kubebuilder:object:root=true
 

@@ -185,20 +185,8 @@ type ResourceAmounts struct {
 	GPUModels map[string]float64 `json:"gpuModels,omitempty"`
 }
 
-// Queue condition types and reasons.
-const (
-	// QueueConditionValid is False while the queue cannot be placed in the tree.
-	QueueConditionValid = "Valid"
-	// QueueConditionOverQuota is True while the queue uses more than its quota of some
-	// resource (it borrows spare capacity, which may be reclaimed).
-	QueueConditionOverQuota = "OverQuota"
-
-	QueueReasonValid          = "Valid"
-	QueueReasonParentNotFound = "ParentNotFound"
-	QueueReasonParentCycle    = "ParentCycle"
-	QueueReasonWithinQuota    = "WithinQuota"
-	QueueReasonBorrowing      = "Borrowing"
-)
+// Queue condition types and reasons are named in pkg/names (ConditionQueue*,
+// ReasonQueue*).
 
 // +kubebuilder:object:root=true
 

@@ -1,13 +1,14 @@
 package v1alpha1
 
 import (
+	"github.com/gantry-dev/gantry/pkg/names"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // GroupName is the API group of Gantry's scheduling objects.
-const GroupName = "scheduling.gantry.dev"
+const GroupName = names.GroupScheduling
 
 // SchemeGroupVersion is the group and version of the types in this package.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}

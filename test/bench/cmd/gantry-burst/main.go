@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/bench"
 )
 
@@ -35,7 +36,7 @@ func main() {
 	flag.IntVar(&o.Training, "training", 16, "training RayClusters filling the cluster")
 	flag.IntVar(&o.Workers, "workers", 4, "one-GPU workers per training RayCluster")
 	flag.IntVar(&o.MinWorkers, "min-workers", 0, "minReplicas of the training workers: their gang's minimum (default: all of them)")
-	flag.StringVar(&o.Share, "share", "20Gi", "gantry.dev/gpu-memory of a service's worker in share mode")
+	flag.StringVar(&o.Share, "share", "20Gi", names.AnnotationGPUMemory+" of a service's worker in share mode")
 	flag.Float64Var(&o.Utilization, "utilization", 0.75, "the vLLM engines' gpu_memory_utilization")
 	flag.DurationVar(&o.Grace, "grace", 5*time.Second, "how long kwok keeps a deleted pod before it goes")
 	flag.IntVar(&o.Repeat, "repeat", 3, "runs of every burst size and mode; medians are reported")
