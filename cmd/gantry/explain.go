@@ -84,6 +84,10 @@ type explanation struct {
 	Claims          []claimState   `json:"resourceClaims,omitempty"`
 	Gang            *gangState     `json:"gang,omitempty"`
 	Events          []eventSummary `json:"events,omitempty"`
+	// WorkloadMix is the mix the scheduler scores placements against, learned from
+	// the pods it has seen; MixUnavailable says why it could not be read.
+	WorkloadMix    []mixShare `json:"workloadMix,omitempty"`
+	MixUnavailable string     `json:"workloadMixUnavailable,omitempty"`
 }
 
 type claimState struct {
@@ -162,6 +166,9 @@ func explainPod(ctx context.Context, cfg *rest.Config, ns, name, defaultQueue st
 			e.Events = append(e.Events, eventSummary{Time: eventTime(ev), Reason: ev.Reason, Message: ev.Message})
 		}
 	}
+	if e.WorkloadMix, err = workloadMix(ctx, client); err != nil {
+		e.MixUnavailable = err.Error()
+	}
 	return e, nil
 }
 
@@ -225,6 +232,7 @@ func (e *explanation) printText(w io.Writer) {
 			fmt.Fprintf(w, "  %s  %-16s %s\n", ev.Time.Format("15:04:05"), ev.Reason, ev.Message)
 		}
 	}
+	e.printMix(w)
 }
 
 // explainClaims describes each of the pod's ResourceClaims: not created yet, not

@@ -272,13 +272,19 @@ func (p *Placer) Settings() Settings {
 // and a metric's help show.
 func DescribeMix(shapes []Shape, n int) []string {
 	var lines []string
-	for _, s := range shapes[:min(n, len(shapes))] {
-		pod := &model.Pod{Requests: s.Requests, GPU: s.GPU}
-		what := DescribeDemand(pod)
-		if s.GPU.Count > 0 && s.Requests != (model.Resources{}) {
-			what += ", " + DescribeDemand(&model.Pod{Requests: s.Requests})
-		}
-		lines = append(lines, fmt.Sprintf("%.1f %% %s", 100*s.Weight, what))
+	for _, s := range shapes[:max(0, min(n, len(shapes)))] {
+		lines = append(lines, fmt.Sprintf("%.1f %% %s", 100*s.Weight, DescribeShape(s)))
 	}
 	return lines
+}
+
+// DescribeShape renders what a shape requests, e.g. "1 GPU, 8 CPUs and 32 GiB
+// memory": the label of the workload-mix metric.
+func DescribeShape(s Shape) string {
+	pod := &model.Pod{Requests: s.Requests, GPU: s.GPU}
+	what := DescribeDemand(pod)
+	if s.GPU.Count > 0 && s.Requests != (model.Resources{}) {
+		what += ", " + DescribeDemand(&model.Pod{Requests: s.Requests})
+	}
+	return what
 }

@@ -35,8 +35,9 @@ var policies = []struct {
 // policy ranks the nodes that can take a pod.
 type policy interface {
 	// compile prepares the workload mix the policy scores against; scarcity, when
-	// not nil, weighs each shape further (see Placer.adaptTo).
-	compile(shapes []Shape, scarcity []float64) workload
+	// not nil, weighs each shape further (see Placer.adaptTo); capacity is the
+	// cluster's, when known.
+	compile(shapes []Shape, scarcity []float64, capacity clusterCapacity) workload
 	// rank scores node n, which can take the pod (lower is better), and says which
 	// GPU a single share would take there (-1 when bindGPUs decides).
 	rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (rank, int)
@@ -490,7 +491,7 @@ const maxScarcity = 10
 func (p *Placer) adaptTo(v *View) {
 	if !p.policy.weighsScarcity() {
 		if p.stale {
-			p.workload = p.policy.compile(p.shapes, nil)
+			p.workload = p.policy.compile(p.shapes, nil, clusterCapacity{})
 			p.stale = false
 			p.generation++
 		}
@@ -508,7 +509,7 @@ func (p *Placer) adaptTo(v *View) {
 	for i, s := range p.shapes {
 		scarcity[i] = p.scarcityOfShape(s)
 	}
-	p.workload = p.policy.compile(p.shapes, scarcity)
+	p.workload = p.policy.compile(p.shapes, scarcity, p.kinds.capacity)
 	p.generation++
 }
 
@@ -518,12 +519,17 @@ type nodeKinds struct {
 	nodes     []*model.Node
 	gpus      []int
 	totalGPUs int
+	// capacity is what all nodes, with GPUs or without, have per GPU.
+	capacity clusterCapacity
 }
 
 func kindsOf(s *model.Snapshot) nodeKinds {
 	var k nodeKinds
 	index := map[string]int{}
+	var cpu, mem float64
 	for _, n := range s.Nodes {
+		cpu += float64(n.Allocatable.MilliCPU)
+		mem += float64(n.Allocatable.MemoryBytes)
 		if len(n.GPUs) == 0 {
 			continue
 		}
@@ -543,6 +549,10 @@ func kindsOf(s *model.Snapshot) nodeKinds {
 		index[key] = len(k.nodes)
 		k.nodes = append(k.nodes, empty)
 		k.gpus = append(k.gpus, len(n.GPUs))
+	}
+	if k.totalGPUs > 0 {
+		milli := float64(k.totalGPUs) * model.MilliPerGPU
+		k.capacity = clusterCapacity{cpuPerMilli: cpu / milli, memoryPerMilli: mem / milli}
 	}
 	return k
 }

@@ -33,11 +33,11 @@ const strandedWeight = 1
 
 func (f *fgdPolicy) weighsScarcity() bool { return !f.classic }
 
-func (f *fgdPolicy) compile(shapes []Shape, scarcity []float64) workload {
+func (f *fgdPolicy) compile(shapes []Shape, scarcity []float64, capacity clusterCapacity) workload {
 	if f.classic {
-		return compileWorkload(typicalShapes(shapes), nil, true, 0)
+		return compileWorkload(typicalShapes(shapes), nil, capacity, true, 0)
 	}
-	return compileWorkload(shapes, scarcity, false, strandedWeight)
+	return compileWorkload(shapes, scarcity, capacity, false, strandedWeight)
 }
 
 // typicalShapes is the published FGD's mix: shapes keyed by CPU and GPU demand
@@ -205,8 +205,8 @@ func placedMilli(d model.GPUDemand, g *model.GPU) float64 {
 // left with the least free memory, then the least free CPU.
 type bestFitPolicy struct{}
 
-func (bestFitPolicy) compile([]Shape, []float64) workload { return workload{} }
-func (bestFitPolicy) weighsScarcity() bool                { return false }
+func (bestFitPolicy) compile([]Shape, []float64, clusterCapacity) workload { return workload{} }
+func (bestFitPolicy) weighsScarcity() bool                                 { return false }
 
 func (bestFitPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (rank, int) {
 	gpuLeft, gpu, gpuSlack := gpuAfter(p, n, q, func(slack, best float64) bool { return slack < best })
@@ -217,8 +217,8 @@ func (bestFitPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (
 // then the GPU with the most free memory.
 type spreadPolicy struct{}
 
-func (spreadPolicy) compile([]Shape, []float64) workload { return workload{} }
-func (spreadPolicy) weighsScarcity() bool                { return false }
+func (spreadPolicy) compile([]Shape, []float64, clusterCapacity) workload { return workload{} }
+func (spreadPolicy) weighsScarcity() bool                                 { return false }
 
 func (spreadPolicy) rank(p *Placer, _ *nodeCache, n *model.Node, q *podQuery) (rank, int) {
 	gpuLeft, gpu, gpuSlack := gpuAfter(p, n, q, func(slack, best float64) bool { return slack > best })

@@ -55,7 +55,7 @@ func TestFragmentation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := compileWorkload(tt.shapes, nil, false, 0)
+			w := compileWorkload(tt.shapes, nil, clusterCapacity{}, false, 0)
 			wfit := w.fitWeights(math.MaxInt64, math.MaxInt64, nil)
 			if got := w.fragmentation(tt.slots, false, wfit, math.MaxInt64, math.MaxInt64); math.Abs(got-tt.want) > 1e-9 {
 				t.Fatalf("fragmentation = %v, want %v", got, tt.want)
@@ -66,7 +66,7 @@ func TestFragmentation(t *testing.T) {
 
 func TestFragmentationCountsGPUsStrandedByCPU(t *testing.T) {
 	shapes := []Shape{{Requests: model.Resources{MilliCPU: 8000}, GPU: model.GPUDemand{Count: 1}, Weight: 1}}
-	w := compileWorkload(shapes, nil, false, 1)
+	w := compileWorkload(shapes, nil, clusterCapacity{}, false, 1)
 	slots := []gpuSlot{{memory: 1000, free: 1000, idle: true}, {memory: 1000, free: 1000, idle: true}}
 	// 8 cores feed one of the two idle GPUs at the mix's 8 cores per GPU.
 	wfit := w.fitWeights(8000, math.MaxInt64, nil)

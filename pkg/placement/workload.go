@@ -115,7 +115,7 @@ type shapeMember struct {
 // what the pods that arrive take, and a rare shape weighed up for its scarcity must
 // not make its own appetite the cluster's (a few 8-GPU, 120-core pods weighed ten
 // times made most GPUs look stranded).
-func compileWorkload(shapes []Shape, scarcity []float64, keepCPUOnly bool, strandedWeight float64) workload {
+func compileWorkload(shapes []Shape, scarcity []float64, capacity clusterCapacity, keepCPUOnly bool, strandedWeight float64) workload {
 	type weighed struct {
 		Shape
 		scarce float64
@@ -155,25 +155,68 @@ func compileWorkload(shapes []Shape, scarcity []float64, keepCPUOnly bool, stran
 		g.weight += s.scarce / total
 		g.members = append(g.members, shapeMember{s.Requests.MilliCPU, s.Requests.MemoryBytes, s.scarce / total})
 	}
-	// The CPU and memory per GPU are what the whole mix requests, CPU-only pods
-	// included, per GPU it requests: CPU-only pods take CPU from the same nodes, and
-	// a node that feeds its free GPUs only if no CPU-only pod comes strands them. A
-	// shape that requests no CPU and no memory says nothing of the mix's appetite
-	// (DefaultWorkload's shapes, the learner's prior, request none).
-	var cpu, mem, milli float64
+	w.cpuPerMilli, w.memoryPerMilli = strandingRatios(shapes, scarcity, capacity)
+	return w
+}
+
+// clusterCapacity is what a cluster has of CPU and memory per thousandth of a GPU,
+// all nodes counted (nodes without GPUs too: CPU-only pods can run there). Zero
+// when unknown.
+type clusterCapacity struct {
+	cpuPerMilli, memoryPerMilli float64
+}
+
+// strandingRatios are the CPU and memory per thousandth of a GPU that the stranded
+// term expects free GPUs to need: what the mix's GPU pods request per GPU, plus a
+// part of what its CPU-only pods request per GPU.
+//
+// CPU-only pods take CPU from the same nodes, but not necessarily from beside free
+// GPUs: the cluster has CPU to spare beyond what its GPUs' pods need (openb: 17.2
+// cores per GPU, of which GPU pods ask 10.9), and CPU-only pods go there first (the
+// stranded term sends them there). They compete for the CPU that feeds GPUs only
+// in so far as that spare runs short, so their CPU per GPU counts in proportion to
+// the share of the spare they need, all of it once they need it all. Counting it
+// in full regardless (commit d7eda1a) made the 8-GPU, 96-core nodes look short of
+// CPU on every trace (the mix asked 14 cores per GPU), rewarded any pod that broke
+// one up, and turned 8-GPU pods away on the multi-GPU families; counting none of it
+// gave back the gain on traces where CPU-only pods need all the spare (cpu250).
+//
+// Scarcity, when not nil, leaves out GPU shapes that fit no node but does not
+// otherwise weigh: a rare shape weighed up for its scarcity must not make its own
+// appetite the cluster's. A shape that requests no CPU and no memory says nothing
+// of the mix's appetite (DefaultWorkload's shapes, the learner's prior).
+func strandingRatios(shapes []Shape, scarcity []float64, capacity clusterCapacity) (cpuPerMilli, memoryPerMilli float64) {
+	var gpuCPU, gpuMem, onlyCPU, onlyMem, milli float64
 	for i, s := range shapes {
 		m := demandMilliOf(s.GPU)
 		if s.Weight <= 0 || scarcity != nil && m > 0 && scarcity[i] == 0 || s.Requests.MilliCPU == 0 && s.Requests.MemoryBytes == 0 {
 			continue
 		}
-		cpu += s.Weight * float64(s.Requests.MilliCPU)
-		mem += s.Weight * float64(s.Requests.MemoryBytes)
+		cpu, mem := s.Weight*float64(s.Requests.MilliCPU), s.Weight*float64(s.Requests.MemoryBytes)
+		if m == 0 {
+			onlyCPU, onlyMem = onlyCPU+cpu, onlyMem+mem
+			continue
+		}
+		gpuCPU, gpuMem = gpuCPU+cpu, gpuMem+mem
 		milli += s.Weight * m
 	}
-	if milli > 0 {
-		w.cpuPerMilli, w.memoryPerMilli = cpu/milli, mem/milli
+	if milli == 0 {
+		return 0, 0
 	}
-	return w
+	return withCPUOnly(gpuCPU/milli, onlyCPU/milli, capacity.cpuPerMilli),
+		withCPUOnly(gpuMem/milli, onlyMem/milli, capacity.memoryPerMilli)
+}
+
+// withCPUOnly adds to gpu, what GPU pods request per GPU, the part of only, what
+// CPU-only pods request per GPU, that competes with GPU pods: only's share of what
+// the cluster has per GPU beyond gpu (all of only when capacity is unknown or has
+// nothing beyond gpu).
+func withCPUOnly(gpu, only, capacity float64) float64 {
+	spare := capacity - gpu
+	if capacity <= 0 || spare <= only {
+		return gpu + only
+	}
+	return gpu + only*only/spare
 }
 
 // demandMilliOf is the GPU capacity a demand asks for, in thousandths of a GPU; a

@@ -107,6 +107,9 @@ type Runner struct {
 	// batchSlots bounds the batches being bound at once (BindWorkers), so that a
 	// backlog of 100,000 pods is 100,000 entries of a queue, not 100,000 goroutines.
 	batchSlots *semaphore.Weighted
+	// mixPods is how many pods the placer had learned from when its mix was last
+	// published as a metric.
+	mixPods uint64
 }
 
 // New wires a runner.
@@ -155,6 +158,26 @@ func (r *Runner) Run(ctx context.Context) {
 	}
 }
 
+// mixShapes is how many of the learned mix's most frequent shapes are published.
+const mixShapes = 10
+
+// publishMix publishes the placer's learned workload mix (its most frequent shapes)
+// when it has learned from more pods since the last time.
+func (r *Runner) publishMix() {
+	st := r.sched.Placer.Settings()
+	if r.metrics == nil || st.Arrivals == r.mixPods {
+		return
+	}
+	r.mixPods = st.Arrivals
+	mix := r.sched.Placer.Mix()
+	mix = mix[:min(mixShapes, len(mix))]
+	shapes, shares := make([]string, len(mix)), make([]float64, len(mix))
+	for i, s := range mix {
+		shapes[i], shares[i] = placement.DescribeShape(s), s.Weight
+	}
+	r.metrics.SetWorkloadMix(shapes, shares, st.Arrivals)
+}
+
 // Cycle runs one scheduling cycle and starts carrying out its plan.
 func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	start := time.Now()
@@ -166,6 +189,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	d := r.cache.Commit(prep.Plan, start)
 	took := time.Since(start)
 	r.metrics.ObserveCycle(took)
+	r.publishMix()
 	logCycle(took, inFlight, d)
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).

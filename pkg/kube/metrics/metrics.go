@@ -29,6 +29,8 @@ type Metrics struct {
 	queueAllocated     *prometheus.GaugeVec
 	queueLimit         *prometheus.GaugeVec
 	queueQuota         *prometheus.GaugeVec
+	workloadMix        *prometheus.GaugeVec
+	mixArrivals        prometheus.Gauge
 }
 
 // New registers the scheduler's metrics with reg. pendingKinds are the kinds of
@@ -70,6 +72,10 @@ func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 			Name: "gantry_queue_limit", Help: "A queue's limit on a resource (-1 for none)."}, []string{"queue", "resource"}),
 		queueQuota: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gantry_queue_quota", Help: "A queue's guaranteed quota of a resource (-1 for unlimited)."}, []string{"queue", "resource"}),
+		workloadMix: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: WorkloadMixMetric, Help: "Share of the workload mix the placer scores fragmentation against, learned from the pods it has seen (decayed), for its most frequent shapes."}, []string{"shape"}),
+		mixArrivals: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gantry_scheduler_workload_mix_pods", Help: "Pods the workload mix was learned from since the scheduler started."}),
 	}
 	// Series with labels exist from the start, at zero, so that dashboards and alerts
 	// see "none yet" rather than "no data".
@@ -86,7 +92,7 @@ func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 	reg.MustRegister(m.cycleSeconds, m.draSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
 		m.bindFailures, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
 		m.preemptionsByKind, m.preemptedGPUs, m.preemptedShared,
-		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota)
+		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota, m.workloadMix, m.mixArrivals)
 	return m
 }
 
@@ -169,4 +175,22 @@ func (m *Metrics) SetQueue(queue, resource string, allocated, fairShare, limit, 
 	m.queueFairShare.WithLabelValues(queue, resource).Set(fairShare)
 	m.queueLimit.WithLabelValues(queue, resource).Set(limit)
 	m.queueQuota.WithLabelValues(queue, resource).Set(quota)
+}
+
+// WorkloadMixMetric is the gauge of the learned workload mix, one series per shape;
+// `gantry explain` reads it from the scheduler's metrics endpoint.
+const WorkloadMixMetric = "gantry_scheduler_workload_mix_share"
+
+// SetWorkloadMix replaces the workload mix's series: shares[i] of the mix is the
+// shape described by shapes[i] (shapes described alike are summed); pods is how many
+// pods it was learned from.
+func (m *Metrics) SetWorkloadMix(shapes []string, shares []float64, pods uint64) {
+	if m == nil {
+		return
+	}
+	m.workloadMix.Reset()
+	for i, s := range shapes {
+		m.workloadMix.WithLabelValues(s).Add(shares[i])
+	}
+	m.mixArrivals.Set(float64(pods))
 }
