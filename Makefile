@@ -19,7 +19,7 @@ TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-schedu
 	$(BIN)/etcd $(BIN)/kwok $(BIN)/kwok-stages.yaml $(BIN)/kuberay-operator $(BIN)/kuberay-crds/.stamp \
 	$(BIN)/controller-gen $(BIN)/helm
 
-.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-burst run clean-tools gpu-smoke chaos oracle soak fuzz images images-smoke chart-package gpu-smoke-binary
+.PHONY: all build test test-deps unit integration tools generate lint bench bench-quick bench-scale bench-burst run clean-tools gpu-smoke chaos oracle soak fuzz images images-smoke chart-package gpu-smoke-binary
 
 # The release version: the chart's appVersion, which is also the images' default tag.
 VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' deploy/helm/gantry/Chart.yaml)
@@ -164,6 +164,16 @@ bench: tools build
 ## bench-quick: throughput scenarios a and c at a tenth of their size (~2 min).
 bench-quick: tools build
 	$(GO) run ./test/bench/cmd/gantry-bench -scenarios a,c -scale 0.1
+
+## bench-scale: issue 21's drains (5,000, 20,000 and 100,000 pods), gangs and steady
+## arrivals (100, 400, 800 pods/s on 2,000 and 5,000 nodes), each beside the API
+## server's floor (a bare binder) and kube-scheduler where it applies, three runs each
+## (hours on 2 cores). SCALE_ARGS adds gantry-bench flags, e.g.
+## SCALE_ARGS="-scenarios drain-5k,gang-1k -repeat 1 -profile-dir /tmp/prof".
+SCALE_ARGS ?=
+bench-scale: tools build
+	$(GO) run ./test/bench/cmd/gantry-bench -scenarios scale -repeat 3 -run-timeout 30m -timeout 6h \
+	  -json $(BIN)/bench-scale.json $(SCALE_ARGS)
 
 ## bench-burst: issue 19's live preemption burst: 8 kwok nodes × 8 H100 full of 16
 ## training RayClusters, then 1, 8 and 32 vLLM RayServices at once, whole GPUs and

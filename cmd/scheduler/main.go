@@ -54,6 +54,7 @@ func main() {
 		configPath     = flag.String("config", "", "policy file (YAML): policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers")
 		webhookAddr    = flag.String("webhook-bind-address", "", "serve the Queue validating and pod defaulting webhooks here (TLS); empty disables")
 		webhookCertDir = flag.String("webhook-cert-dir", "/etc/gantry/webhook", "directory with tls.crt and tls.key for the webhooks")
+		profilingAddr  = flag.String("profiling-address", "", "serve Go's pprof profiles (CPU, heap, block, mutex, goroutine) at /debug/pprof/ on this address, e.g. 127.0.0.1:6060; also turns on block and mutex sampling. Empty (the default) disables")
 	)
 	flag.Var(&schedulerNames, "scheduler-name", "schedulerName of the pods to serve; repeatable (default gantry-scheduler)")
 	klog.InitFlags(nil)
@@ -62,6 +63,10 @@ func main() {
 	flag.Parse()
 	if len(schedulerNames) == 0 {
 		schedulerNames = names{"gantry-scheduler"}
+	}
+	if err := serveProfiles(*profilingAddr); err != nil {
+		fmt.Fprintln(os.Stderr, "gantry-scheduler:", err)
+		os.Exit(1)
 	}
 	metrics := metricsOptions{addr: *metricsAddr, secure: *metricsSecure, certDir: *metricsCertDir}
 	if err := run(*kubeconfig, schedulerNames, *leaderElect, *leaseNamespace, *leaseName, float32(*qps), *burst, metrics, *probeAddr, *configPath, *webhookAddr, *webhookCertDir); err != nil {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -138,4 +140,27 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// serveProfiles serves net/http/pprof on its own mux (never on the metrics address)
+// and samples blocking and lock contention, which cost nothing while off.
+func serveProfiles(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	// One blocking event per 100 µs blocked, one contended lock in 10: enough for a
+	// profile of a drain, little enough not to change it.
+	runtime.SetBlockProfileRate(100_000)
+	runtime.SetMutexProfileFraction(10)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := httpserver.New(mux)
+	srv.WriteTimeout = 10 * time.Minute // a CPU profile or trace streams for its ?seconds=
+	klog.InfoS("Serving pprof profiles", "address", addr)
+	_, err := listenAndServe(context.Background(), srv, addr, "pprof")
+	return err
 }

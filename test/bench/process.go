@@ -89,25 +89,28 @@ func (p *process) stop() {
 	p.log.Close()
 }
 
-// startGantry runs bin/gantry-scheduler with the given client QPS and burst.
-func startGantry(bin, kubeconfig, logDir string, qps int) (*process, error) {
+// startGantry runs bin/gantry-scheduler with the given client QPS and burst, and
+// extra flags; it returns the port of its /metrics.
+func startGantry(bin, kubeconfig, logDir string, qps int, extra ...string) (*process, int, error) {
 	metrics, err := testenv.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	probe, err := testenv.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return startProcess("gantry-scheduler", filepath.Join(logDir, "gantry-scheduler.log"), bin,
-		"--kubeconfig="+kubeconfig,
-		"--scheduler-name="+string(Gantry),
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--scheduler-name=" + string(Gantry),
 		"--leader-elect=false",
-		"--kube-api-qps="+strconv.Itoa(qps),
-		"--kube-api-burst="+strconv.Itoa(qps),
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe),
-	)
+		"--kube-api-qps=" + strconv.Itoa(qps),
+		"--kube-api-burst=" + strconv.Itoa(qps),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metrics),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
+	}, extra...)
+	p, err := startProcess("gantry-scheduler", filepath.Join(logDir, "gantry-scheduler.log"), bin, args...)
+	return p, metrics, err
 }
 
 // startKubeScheduler runs bin/kube-scheduler with its default profile and the given

@@ -72,6 +72,27 @@ type Result struct {
 	// LoadAverage is the machine's one-minute load average when the scheduler started.
 	LoadAverage float64 `json:"loadAverage"`
 	Status      string  `json:"status"`
+	// OfFloor is PodsPerSecond over the floor's in the same run of the scenario
+	// (WallOfFloor the same from the start); for steady arrivals, the create → bound
+	// p99 over the floor's.
+	OfFloor     float64 `json:"ofFloor,omitempty"`
+	WallOfFloor float64 `json:"wallOfFloor,omitempty"`
+	// Latency is create → bound under steady arrivals.
+	Latency *LatencyResult `json:"latency,omitempty"`
+	// Cycles are gantry-scheduler's, from its log; Goroutines its count at the last
+	// bind (go_goroutines).
+	Cycles     *CycleStats `json:"cycles,omitempty"`
+	Goroutines int         `json:"goroutines,omitempty"`
+	// FloorErrors counts the floor's refused Bindings.
+	FloorErrors   int      `json:"floorErrors,omitempty"`
+	ProfileErrors []string `json:"profileErrors,omitempty"`
+}
+
+// LatencyResult is create → bound of steady arrivals, in seconds, and the arrival
+// rate the harness achieved.
+type LatencyResult struct {
+	P50, P90, P99, Max float64
+	ArrivalPerSecond   float64 `json:"arrivalPerSecond"`
 }
 
 // GangResult is what the watch saw of gangs: for each gang the time between its
@@ -100,7 +121,14 @@ func (r *Result) fill(st bindStats, s Scenario) {
 	r.WallPodsPerSecond = round(st.wallPodsPerSecond(), 1)
 	r.FirstBindSeconds = round(st.FirstBind.Seconds(), 3)
 	r.LastBindSeconds = round(st.LastBind.Seconds(), 3)
-	if s.GangSize > 0 {
+	if len(st.Latencies) > 0 {
+		sec := func(q float64) float64 { return round(percentile(st.Latencies, q).Seconds(), 4) }
+		r.Latency = &LatencyResult{P50: sec(0.5), P90: sec(0.9), P99: sec(0.99), Max: sec(1)}
+		if st.Arrival > 0 {
+			r.Latency.ArrivalPerSecond = round(float64(len(st.Latencies)-1)/st.Arrival.Seconds(), 1)
+		}
+	}
+	if s.hasGangs() {
 		r.Gang = &GangResult{
 			Gangs: s.Gangs(), Complete: st.GangsComplete,
 			MaxSpreadSeconds: round(st.GangMaxSpread.Seconds(), 3), P99SpreadSeconds: round(st.GangP99Spread.Seconds(), 3),
@@ -143,6 +171,7 @@ type Summary struct {
 // summarize fills the per-run ratios (gantry's run i against kube-scheduler's run i)
 // and returns the scenario's summary.
 func summarize(s Scenario, scale float64, results []Result) Summary {
+	ofFloor(results)
 	sum := Summary{Scenario: s.Name, Title: s.Title, Scale: scale}
 	kubeRuns := map[int]*Result{}
 	var kube, gantry, kubeWall, gantryWall, kubeCPU, gantryCPU []float64
@@ -214,6 +243,7 @@ func summarize(s Scenario, scale float64, results []Result) Summary {
 	if g.MaxRSSMiB > 0 && sum.GantryMaxHWMMiB > 0 {
 		add(fmt.Sprintf("VmHWM < %g MiB", g.MaxRSSMiB), fmt.Sprintf("%.0f MiB", sum.GantryMaxHWMMiB), sum.GantryMaxHWMMiB < g.MaxRSSMiB)
 	}
+	floorGoals(s, results, add)
 	if worstGang != nil {
 		add("no gang partly bound at the end", fmt.Sprintf("%d", worstGang.PartialAtTheEnd), worstGang.PartialAtTheEnd == 0 && worstGang.Complete == worstGang.Gangs)
 		if g.MaxGangSpread > 0 {

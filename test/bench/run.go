@@ -46,6 +46,12 @@ type Options struct {
 	// scheduling phase, with the file name prefixed by the scenario and run ("a-1-cpu.pprof"). Memory
 	// figures are then not reported for gantry.
 	CPUProfile, HeapProfile string
+	// ProfileDir, when set, runs gantry-scheduler's binary with --profiling-address
+	// and saves into it, for each run, a CPU profile of its first ProfileSeconds and
+	// its heap, block, mutex and goroutine profiles at the last bind
+	// (SCENARIO-RUN-cpu.pprof, …).
+	ProfileDir     string
+	ProfileSeconds time.Duration
 	// Progress receives one line per step.
 	Progress io.Writer
 }
@@ -79,6 +85,9 @@ func (o *Options) defaults() error {
 	if o.StallTimeout == 0 {
 		o.StallTimeout = time.Minute
 	}
+	if o.ProfileSeconds == 0 {
+		o.ProfileSeconds = 10 * time.Second
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -110,8 +119,10 @@ func Run(ctx context.Context, scenarios []Scenario, opts Options) (*Report, erro
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
-		return nil, err
+	for _, d := range []string{opts.WorkDir, opts.ProfileDir} {
+		if err := os.MkdirAll(d, 0o755); d != "" && err != nil {
+			return nil, err
+		}
 	}
 	rep := &Report{Started: time.Now().UTC(), Machine: describeMachine(), QPS: opts.QPS}
 	if opts.inProcessGantry() {
@@ -192,7 +203,12 @@ func benchmark(ctx context.Context, s Scenario, sched Scheduler, opts Options, r
 	// Let the API server and etcd finish the creation burst (compaction, watch
 	// fan-out) before the clock starts.
 	time.Sleep(2 * time.Second)
+	return measure(ctx, env, cfg, client, s, sched, opts, logDir, r)
+}
 
+// measure starts the scheduler, on the backlog or before the arrivals, and fills r
+// with what it did.
+func measure(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kubernetes.Interface, s Scenario, sched Scheduler, opts Options, logDir string, r *Result) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	rec := newBindRecorder(s.Pods, s.GangSize)
@@ -202,56 +218,46 @@ func benchmark(ctx context.Context, s Scenario, sched Scheduler, opts Options, r
 		return err
 	}
 
-	opts.logf("%s %s: starting the scheduler on a backlog of %d pods", s.Name, sched.Label(), s.Pods)
+	if s.Rate > 0 {
+		opts.logf("%s %s: starting the scheduler before %d pods/s arrive for %s", s.Name, sched.Label(), s.Rate, s.Duration)
+	} else {
+		opts.logf("%s %s: starting the scheduler on a backlog of %d pods", s.Name, sched.Label(), s.Pods)
+	}
 	r.LoadAverage = loadAverage()
 	components := env.PIDs()
 	cpu := meterCPU(map[string]int{"kube-apiserver": components["kube-apiserver"], "etcd": components["etcd"]})
 	start := time.Now()
-	var proc *process
-	var stopInProcess func() error
-	switch {
-	case sched == Gantry && opts.inProcessGantry():
-		prefix := fmt.Sprintf("%s-%d", s.Name, r.Run)
-		stopInProcess, err = startGantryInProcess(ctx, cfg, opts.QPS, profilePath(opts.CPUProfile, prefix), profilePath(opts.HeapProfile, prefix))
-	case sched == Gantry:
-		proc, err = startGantry(opts.GantryBinary, env.Kubeconfig, logDir, opts.QPS)
-	default:
-		proc, err = startKubeScheduler(filepath.Join(opts.BinDir, "kube-scheduler"), env.Kubeconfig, logDir, opts.QPS)
-	}
+	sc, err := startScheduler(ctx, env, cfg, s, sched, opts, logDir, r.Run)
 	if err != nil {
 		return err
 	}
-	var mem *memorySampler
-	if proc != nil {
-		mem = sampleMemory(proc.pid(), 100*time.Millisecond)
-		defer proc.stop()
+	defer sc.stop()
+	var arrivalErr chan error
+	if s.Rate > 0 {
+		if err := warmUp(ctx, client, s, sched, 2*time.Minute); err != nil {
+			return err
+		}
+		arrivalErr = make(chan error, 1)
+		go func() { arrivalErr <- arrive(ctx, client, s, sched, rec, opts.Workers) }()
 	}
 
-	waitErr := waitBound(ctx, rec, proc, opts.RunTimeout, opts.StallTimeout)
+	waitErr := waitBound(ctx, rec, sc.proc, opts.RunTimeout, opts.StallTimeout)
+	if arrivalErr != nil && waitErr == nil {
+		waitErr = <-arrivalErr
+	}
 	st := rec.stats(start)
 	r.fill(st, s)
-	used := cpu.used()
-	r.APIServerCPUSeconds, r.EtcdCPUSeconds = round(used["kube-apiserver"], 1), round(used["etcd"], 1)
-	if proc != nil {
-		if secs, err := cpuSeconds(proc.pid()); err == nil {
-			r.SchedulerCPUSeconds = round(secs, 2)
-			if st.Bound > 0 {
-				r.CPUMillisPerPod = round((secs+used["kube-apiserver"]+used["etcd"])*1000/float64(st.Bound), 2)
-			}
-		}
-		rss, hwm := mem.finish()
-		r.PeakRSSMiB, r.HWMMiB = round(mib(rss), 1), round(mib(hwm), 1)
-	}
-	if stopInProcess != nil {
-		if err := stopInProcess(); err != nil {
+	sc.finish(ctx, r, st.Bound, cpu.used())
+	if sc.stopInProcess != nil {
+		if err := sc.stopInProcess(); err != nil {
 			opts.logf("%s %s: in-process scheduler: %v", s.Name, sched.Label(), err)
 		}
 	}
 	switch {
 	case waitErr != nil:
 		r.Status = waitErr.Error()
-	case proc != nil && proc.exited() != nil:
-		r.Status = proc.exited().Error()
+	case sc.proc != nil && sc.proc.exited() != nil:
+		r.Status = sc.proc.exited().Error()
 	}
 	return inspect(ctx, client, s, sched, logDir, r)
 }
@@ -276,6 +282,10 @@ func populate(ctx context.Context, env *testenv.Env, cfg *rest.Config, client ku
 		if err := checkNodesUntainted(ctx, client, s.Nodes); err != nil {
 			return err
 		}
+	}
+	if s.Rate > 0 {
+		// Steady arrivals: the pods come once the scheduler runs (measure).
+		return warmCRDWatchCaches(ctx, cfg)
 	}
 	podsStart := time.Now()
 	if err := createPods(ctx, client, s, sched, opts.Workers); err != nil {

@@ -18,12 +18,19 @@ const (
 	// KubeScheduler is kube-scheduler v1.37.2 from bin/kube-scheduler with its
 	// default profile.
 	KubeScheduler Scheduler = "default-scheduler"
+	// Floor is the API server's floor (floor.go): a bare binder in the harness that
+	// binds each pending pod to a node with a free slot, FloorInFlight binds at once,
+	// no scheduling at all. Every other figure is read as a fraction of it.
+	Floor Scheduler = "floor-binder"
 )
 
 // Label is how tables and JSON name a scheduler.
 func (s Scheduler) Label() string {
-	if s == KubeScheduler {
+	switch s {
+	case KubeScheduler:
 		return "kube-scheduler"
+	case Floor:
+		return "floor"
 	}
 	return string(s)
 }
@@ -38,8 +45,10 @@ func ParseSchedulers(list string) ([]Scheduler, error) {
 			out = append(out, Gantry)
 		case "kube", "kube-scheduler", "default-scheduler":
 			out = append(out, KubeScheduler)
+		case "floor", "floor-binder":
+			out = append(out, Floor)
 		default:
-			return nil, fmt.Errorf("unknown scheduler %q: choose gantry or kube", n)
+			return nil, fmt.Errorf("unknown scheduler %q: choose gantry, kube or floor", n)
 		}
 	}
 	return out, nil
@@ -58,6 +67,16 @@ type Scenario struct {
 	// GangSize, when above 0, groups pods into gangs of this many through the
 	// gantry.dev/pod-group and gantry.dev/min-member annotations.
 	GangSize int
+	// GangSizes, when set, replaces GangSize: gangs take these sizes in turn, so
+	// that Pods should be a multiple of their sum (the last gang is cut short
+	// otherwise and never complete).
+	GangSizes []int
+	// Rate, when above 0, makes the scenario one of steady arrivals: the scheduler
+	// starts on an empty cluster and Rate pods a second are created for Duration;
+	// Pods is then Rate × Duration. Otherwise the whole backlog is created first (a
+	// drain).
+	Rate     int
+	Duration time.Duration
 	// DRA publishes the GPUs as ResourceSlices of driver gpu.gantry.dev and has each
 	// pod claim one through a ResourceClaimTemplate (kube-controller-manager creates
 	// the claims); otherwise nodes advertise nvidia.com/gpu and pods request it.
@@ -83,6 +102,12 @@ type Goals struct {
 	// all members at once, so the spread is API latency; a gang finished by a later
 	// cycle shows a spread of at least a cycle.
 	MaxGangSpread time.Duration
+	// MinOfFloor is gantry's pods/s over the floor's of the same run (median of
+	// runs); MaxP99OfFloor its create → bound p99 over the floor's, for steady
+	// arrivals; MaxCycleP99 bounds its cycle-time p99 in every run.
+	MinOfFloor    float64
+	MaxP99OfFloor float64
+	MaxCycleP99   time.Duration
 }
 
 // Scenarios are the benchmark's workloads. The anchors (kube-scheduler 273 pods/s on
@@ -123,23 +148,31 @@ var Scenarios = []Scenario{
 	},
 }
 
-// Select returns the named scenarios in the order given ("all" or "" for every one).
+// Select returns the named scenarios in the order given ("all" or "" for a to e,
+// "scale" for every one of ScaleScenarios).
 func Select(names string) ([]Scenario, error) {
 	if names == "" || names == "all" {
 		return append([]Scenario(nil), Scenarios...), nil
+	}
+	if names == "scale" {
+		return append([]Scenario(nil), ScaleScenarios...), nil
 	}
 	var out []Scenario
 	for _, n := range strings.Split(names, ",") {
 		n = strings.TrimSpace(n)
 		found := false
-		for _, s := range Scenarios {
+		for _, s := range append(Scenarios[:len(Scenarios):len(Scenarios)], ScaleScenarios...) {
 			if s.Name == n {
 				out = append(out, s)
 				found = true
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown scenario %q: choose from a, b, c, d, e or all", n)
+			var scale []string
+			for _, s := range ScaleScenarios {
+				scale = append(scale, s.Name)
+			}
+			return nil, fmt.Errorf("unknown scenario %q: choose from a, b, c, d, e, all, scale or one of %s", n, strings.Join(scale, ", "))
 		}
 	}
 	return out, nil
@@ -154,15 +187,53 @@ func (s Scenario) Scaled(factor float64) Scenario {
 	}
 	s.Nodes = max(1, int(math.Round(float64(s.Nodes)*factor)))
 	unit := max(1, s.GangSize)
+	if len(s.GangSizes) > 0 {
+		unit = 0
+		for _, n := range s.GangSizes {
+			unit += n
+		}
+	}
 	s.Pods = max(unit, int(math.Round(float64(s.Pods)*factor/float64(unit)))*unit)
+	if s.Rate > 0 {
+		s.Rate = max(1, int(math.Round(float64(s.Rate)*factor)))
+		s.Pods = s.Rate * int(s.Duration/time.Second)
+	}
 	s.Title = fmt.Sprintf("%s, scaled by %g to %d nodes and %d pods", s.Title, factor, s.Nodes, s.Pods)
 	return s
 }
 
 // Gangs is the number of gangs, 0 for lone pods.
 func (s Scenario) Gangs() int {
+	if len(s.GangSizes) > 0 {
+		g, _ := s.gangOf(s.Pods - 1)
+		return g + 1
+	}
 	if s.GangSize <= 0 {
 		return 0
 	}
 	return s.Pods / s.GangSize
 }
+
+// gangOf is pod i's gang and that gang's size (-1, 0 for a lone pod).
+func (s Scenario) gangOf(i int) (gang, size int) {
+	if len(s.GangSizes) == 0 {
+		if s.GangSize <= 0 {
+			return -1, 0
+		}
+		return i / s.GangSize, s.GangSize
+	}
+	sum := 0
+	for _, n := range s.GangSizes {
+		sum += n
+	}
+	gang = i / sum * len(s.GangSizes)
+	for k, off := 0, i%sum; ; k++ {
+		if off < s.GangSizes[k] {
+			return gang + k, s.GangSizes[k]
+		}
+		off -= s.GangSizes[k]
+	}
+}
+
+// hasGangs reports whether the scenario groups pods.
+func (s Scenario) hasGangs() bool { return s.GangSize > 0 || len(s.GangSizes) > 0 }

@@ -3,24 +3,32 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 // bindRecorder notes when each pod is first seen bound (spec.nodeName set) and,
-// for gangs, how many members are bound at every event.
+// for gangs, how many members are bound at every event. For steady arrivals it also
+// holds when each pod's creation was sent, for create → bound latencies.
 type bindRecorder struct {
-	want     int
+	want int
+	// gangSize is the size of gangs whose pods do not carry min-member.
 	gangSize int
 
 	mu      sync.Mutex
 	boundAt map[string]time.Time
+	// createdAt is when the harness sent each pod's creation (steady arrivals only).
+	createdAt map[string]time.Time
 	// gangs by name; only scenarios with gangs fill it.
 	gangs map[string]*gangBinds
 	// partial is how many gangs have 0 < bound < size now; maxPartial is the most
@@ -30,22 +38,34 @@ type bindRecorder struct {
 }
 
 type gangBinds struct {
-	bound       int
+	bound, size int
 	first, last time.Time
 }
 
 func newBindRecorder(want, gangSize int) *bindRecorder {
 	return &bindRecorder{
 		want: want, gangSize: gangSize,
-		boundAt: make(map[string]time.Time, want),
-		gangs:   map[string]*gangBinds{},
-		done:    make(chan struct{}),
+		boundAt:   make(map[string]time.Time, want),
+		createdAt: map[string]time.Time{},
+		gangs:     map[string]*gangBinds{},
+		done:      make(chan struct{}),
 	}
 }
 
+// created records that pod name's creation was sent at t.
+func (r *bindRecorder) created(name string, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.createdAt[name] = t
+}
+
+// warmupPrefix names the pod that steady arrivals wait on before the clock starts;
+// the recorder ignores it.
+const warmupPrefix = "warmup-"
+
 // observe records one pod state at time now.
 func (r *bindRecorder) observe(p *corev1.Pod, now time.Time) {
-	if p.Spec.NodeName == "" {
+	if p.Spec.NodeName == "" || strings.HasPrefix(p.Name, warmupPrefix) {
 		return
 	}
 	r.mu.Lock()
@@ -54,20 +74,23 @@ func (r *bindRecorder) observe(p *corev1.Pod, now time.Time) {
 		return
 	}
 	r.boundAt[p.Name] = now
-	if name := p.Annotations[AnnotationPodGroup]; r.gangSize > 0 && name != "" {
+	if name := p.Annotations[AnnotationPodGroup]; name != "" {
 		g := r.gangs[name]
 		if g == nil {
-			g = &gangBinds{first: now}
+			g = &gangBinds{first: now, size: r.gangSize}
+			if n, err := strconv.Atoi(p.Annotations[AnnotationMinMember]); err == nil {
+				g.size = n
+			}
 			r.gangs[name] = g
 		}
 		g.bound++
 		g.last = now
 		switch g.bound {
 		case 1:
-			if r.gangSize > 1 {
+			if g.size > 1 {
 				r.partial++
 			}
-		case r.gangSize:
+		case g.size:
 			r.partial--
 		}
 		r.maxPartial = max(r.maxPartial, r.partial)
@@ -77,57 +100,41 @@ func (r *bindRecorder) observe(p *corev1.Pod, now time.Time) {
 	}
 }
 
-// run lists the pods and then watches them from the list's resourceVersion until ctx
-// ends, re-watching from the last version seen when the server closes the watch.
+// run follows the benchmark's pods with an informer (its list, then its watch; a
+// watch that expires is followed by a re-list, whose binds are timed late, which
+// only lowers the figures) until ctx ends. ready gets nil once the first list is in.
 func (r *bindRecorder) run(ctx context.Context, client kubernetes.Interface, ready chan<- error) {
-	relist := func() (string, error) {
-		list, err := client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return "", fmt.Errorf("list pods: %w", err)
+	lw := cache.NewFilteredListWatchFromClient(client.CoreV1().RESTClient(), "pods", Namespace, func(*metav1.ListOptions) {})
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	// The harness needs names, gang annotations and the node: not 100,000 whole pods.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil
 		}
-		now := time.Now()
-		for i := range list.Items {
-			r.observe(&list.Items[i], now)
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Annotations: p.Annotations, ResourceVersion: p.ResourceVersion},
+			Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName},
+		}, nil
+	})
+	see := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			r.observe(p, time.Now())
 		}
-		return list.ResourceVersion, nil
 	}
-	rv, err := relist()
-	ready <- err
-	if err != nil {
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) },
+	}); err != nil {
+		ready <- err
 		return
 	}
-	for ctx.Err() == nil {
-		if rv == "" {
-			// The watch expired (410 Gone): binds seen by this list are timed late,
-			// which only lowers the figures.
-			if rv, err = relist(); err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-		}
-		w, err := client.CoreV1().Pods(Namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-		if err != nil {
-			if ctx.Err() == nil {
-				time.Sleep(100 * time.Millisecond)
-			}
-			continue
-		}
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				rv = ""
-				break
-			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			rv = p.ResourceVersion
-			if ev.Type == watch.Added || ev.Type == watch.Modified {
-				r.observe(p, time.Now())
-			}
-		}
-		w.Stop()
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		ready <- fmt.Errorf("pod informer did not sync: %w", context.Cause(ctx))
+		return
 	}
+	ready <- nil
+	<-ctx.Done()
 }
 
 // bindStats summarises what the recorder saw relative to the scheduler's start.
@@ -142,6 +149,10 @@ type bindStats struct {
 	MaxPartialGangs int
 	PartialGangsEnd int
 	GangsComplete   int
+	// Latencies are create → bound, sorted, of the pods whose creation the harness
+	// timed (steady arrivals); Arrival is the first to the last creation sent.
+	Latencies []time.Duration
+	Arrival   time.Duration
 }
 
 func (r *bindRecorder) stats(start time.Time) bindStats {
@@ -162,7 +173,7 @@ func (r *bindRecorder) stats(start time.Time) bindStats {
 	}
 	var spreads []time.Duration
 	for _, g := range r.gangs {
-		if g.bound == r.gangSize {
+		if g.bound == g.size {
 			s.GangsComplete++
 		}
 		spreads = append(spreads, g.last.Sub(g.first))
@@ -172,7 +183,36 @@ func (r *bindRecorder) stats(start time.Time) bindStats {
 		s.GangMaxSpread = spreads[len(spreads)-1]
 		s.GangP99Spread = spreads[(len(spreads)*99+99)/100-1]
 	}
+	var firstCreate, lastCreate time.Time
+	for name, c := range r.createdAt {
+		if firstCreate.IsZero() || c.Before(firstCreate) {
+			firstCreate = c
+		}
+		lastCreate = maxTime(lastCreate, c)
+		if b, ok := r.boundAt[name]; ok {
+			s.Latencies = append(s.Latencies, max(0, b.Sub(c)))
+		}
+	}
+	s.Arrival = lastCreate.Sub(firstCreate)
+	slices.Sort(s.Latencies)
 	return s
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// percentile is the q-quantile (0 < q ≤ 1) of sorted values, nearest rank.
+func percentile[T any](sorted []T, q float64) T {
+	var zero T
+	if len(sorted) == 0 {
+		return zero
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // podsPerSecond is bound pods over the first-to-last-bind window.

@@ -153,10 +153,10 @@ func pod(i int, s Scenario, sched Scheduler) *corev1.Pod {
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 		},
 	}
-	if s.GangSize > 0 {
+	if g, size := s.gangOf(i); size > 0 {
 		p.Annotations = map[string]string{
-			AnnotationPodGroup:  gangName(i / s.GangSize),
-			AnnotationMinMember: strconv.Itoa(s.GangSize),
+			AnnotationPodGroup:  gangName(g),
+			AnnotationMinMember: strconv.Itoa(size),
 		}
 	}
 	if s.DRA {

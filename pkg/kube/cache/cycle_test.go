@@ -211,3 +211,43 @@ func TestBindBackoffHoldsTheGangBack(t *testing.T) {
 		t.Fatalf("a gang in backoff was bound again: %+v", d.Batches)
 	}
 }
+
+// The echo of our own binding, bound where the cycle assumed it, wakes no cycle: a
+// drain's echoes would each wake one that finds nothing to do. A pod bound anywhere
+// else, or a new pod, still does.
+func TestBindEchoWakesNoCycle(t *testing.T) {
+	c, s := gpuCluster(t, 8, "n1")
+	drain := func() bool {
+		select {
+		case <-c.Changed():
+			return true
+		default:
+			return false
+		}
+	}
+	c.UpsertPod(gpuPod("a", 1, 0, ""))
+	c.UpsertPod(gpuPod("b", 1, 0, ""))
+	if !drain() {
+		t.Fatal("a new pending pod woke no cycle")
+	}
+	d := cycle(c, s)
+	if len(d.Batches) != 2 {
+		t.Fatalf("%d batches, want both pods placed", len(d.Batches))
+	}
+	drain()
+	c.UpsertPod(gpuPod("a", 1, 0, "n1"))
+	if drain() {
+		t.Fatal("the echo of a's binding, where it was assumed, woke a cycle")
+	}
+	if p := podOf(c, "ns/a"); p.Node != "n1" || len(p.GPUs) != 1 {
+		t.Fatalf("a after its echo: node %q, %d GPUs; want n1 holding one", p.Node, len(p.GPUs))
+	}
+	c.UpsertPod(gpuPod("c", 1, 0, "n1"))
+	if !drain() {
+		t.Fatal("a pod bound by someone else woke no cycle")
+	}
+	c.DeletePod("ns", "b")
+	if !drain() {
+		t.Fatal("a deleted assumed pod woke no cycle")
+	}
+}

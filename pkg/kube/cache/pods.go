@@ -49,7 +49,13 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 	if demandErr == nil {
 		demandErr = claimErr
 	}
-	if old := c.snap.Pods[id]; old != nil {
+	old := c.snap.Pods[id]
+	// The echo of this scheduler's own binding, bound where the cycle assumed it:
+	// every cycle since has seen the pod there, so it wakes none. In a drain the
+	// echoes are one event per pod, and each woke a cycle that found nothing to do
+	// at a cost that grows with the cluster (docs/benchmarks.md, Scale).
+	echo := old != nil && c.assumed[id] && pod.Spec.NodeName != "" && pod.Spec.NodeName == old.Node && demandErr == nil
+	if old != nil {
 		c.carryOver(old, p, pod)
 		c.unbook(old)
 	}
@@ -73,7 +79,9 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		}
 		c.regroup(c.gangOf[id])
 	}
-	c.poke()
+	if !echo {
+		c.poke()
+	}
 }
 
 // DeletePod forgets a pod and frees what it held.

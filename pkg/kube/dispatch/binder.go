@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,9 @@ type binder struct {
 	// backoff is the retry of one Binding after an error worth retrying, and of the
 	// GET that settles a lost reply.
 	backoff retryBackoff
+	// inFlight counts the pods between taking a slot and their result: what the
+	// cycle log reports, to tell whether the pipeline ran dry between cycles.
+	inFlight atomic.Int64
 }
 
 func newBinder(client kubernetes.Interface, workers int) *binder {
@@ -194,6 +198,8 @@ func (b *binder) bindAll(ctx context.Context, reqs []cache.BindRequest) []result
 			go func(i int) {
 				defer wg.Done()
 				defer b.slots.Release(1)
+				b.inFlight.Add(1)
+				defer b.inFlight.Add(-1)
 				out[start+i] = b.bind(ctx, chunk[i])
 			}(i)
 		}

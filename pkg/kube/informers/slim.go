@@ -44,15 +44,18 @@ func slimPod(obj any) (any, error) {
 	return out, nil
 }
 
-// slimContainers keeps names and resources (and the restart policy that marks a
-// sidecar, which changes how init containers count).
+// slimContainers keeps names, requests and claims (and the restart policy that marks
+// a sidecar, which changes how init containers count). Limits go: the scheduler reads
+// requests only (the API server has already copied a limit without a request into
+// the request), and a second ResourceList per container was a third of a slim pod.
 func slimContainers(cs []corev1.Container) []corev1.Container {
 	if len(cs) == 0 {
 		return nil
 	}
 	out := make([]corev1.Container, len(cs))
 	for i, c := range cs {
-		out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy}
+		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy,
+			Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Claims: c.Resources.Claims}}
 	}
 	return out
 }

@@ -4,6 +4,8 @@
 //	go run ./test/bench/cmd/gantry-bench                        # scenarios a, b, c, d
 //	go run ./test/bench/cmd/gantry-bench -scenarios a,c -scale 0.1   # a quick look
 //	go run ./test/bench/cmd/gantry-bench -scenarios a -cpuprofile cpu.pprof
+//	go run ./test/bench/cmd/gantry-bench -scenarios scale -repeat 3  # issue 21, beside the floor
+//	go run ./test/bench/cmd/gantry-bench -scenarios drain-5k -schedulers floor,gantry -profile-dir prof
 //
 // Flags and wiring only; the benchmark is in test/bench.
 package main
@@ -23,8 +25,8 @@ import (
 
 func main() {
 	var (
-		scenarios = flag.String("scenarios", "all", "comma-separated scenarios to run: a, b, c, d, e, or all")
-		only      = flag.String("schedulers", "", "run only these schedulers of each scenario: gantry, kube (default: the scenario's)")
+		scenarios = flag.String("scenarios", "all", "comma-separated scenarios to run: a, b, c, d, e, or all (a to e); scale (every scale scenario) or drain-5k, drain-20k, drain-100k, gang-1k, gang-5k, steady-RATE-NODESk")
+		only      = flag.String("schedulers", "", "run only these schedulers of each scenario: gantry, kube, floor (default: the scenario's)")
 		scale     = flag.Float64("scale", 1, "multiply every scenario's nodes and pods by this (0.1 for a quick run)")
 		qps       = flag.Int("qps", 5000, "client QPS and burst of both schedulers and of the harness")
 		workers   = flag.Int("workers", 48, "goroutines creating nodes and pods")
@@ -38,12 +40,15 @@ func main() {
 		workDir   = flag.String("workdir", "", "folder for the schedulers' logs (default: a new temporary folder)")
 		cpuProf   = flag.String("cpuprofile", "", "run gantry-scheduler in-process and write a CPU profile of each scenario to SCENARIO-FILE")
 		heapProf  = flag.String("heapprofile", "", "run gantry-scheduler in-process and write a heap profile at the last bind to SCENARIO-FILE")
+		profDir   = flag.String("profile-dir", "", "run gantry-scheduler's binary with --profiling-address and save its CPU (first -profile-seconds), heap, block, mutex and goroutine profiles of each run here")
+		profSecs  = flag.Duration("profile-seconds", 10*time.Second, "length of the CPU profile of each run with -profile-dir")
 	)
 	flag.Parse()
 	opts := bench.Options{
 		BinDir: *binDir, GantryBinary: *gantry, Scale: *scale, QPS: *qps, Workers: *workers, Repeat: *repeat,
 		RunTimeout: *runTO, StallTimeout: *stallTO, WorkDir: *workDir,
 		CPUProfile: *cpuProf, HeapProfile: *heapProf, Progress: os.Stderr,
+		ProfileDir: *profDir, ProfileSeconds: *profSecs,
 	}
 	if *only != "" {
 		var err error
@@ -73,6 +78,7 @@ func run(names, jsonOut string, timeout time.Duration, opts bench.Options) error
 	}
 	fmt.Println()
 	bench.WriteTable(os.Stdout, rep.Results, rep.Summary)
+	bench.WriteScaleTable(os.Stdout, rep.Results)
 	if jsonOut != "" {
 		rep.Command = strings.Join(os.Args, " ")
 		if err := bench.WriteJSON(jsonOut, *rep); err != nil {

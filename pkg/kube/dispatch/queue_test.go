@@ -1,0 +1,58 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/record"
+
+	"github.com/gantry-dev/gantry/pkg/gang"
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+)
+
+// A cycle's batches are bound in plan order, at most BindWorkers at once, the rest
+// waiting in the queue rather than in a goroutine each.
+func TestBindsQueueInPlanOrder(t *testing.T) {
+	release := make(chan struct{})
+	order := make(chan string, 100)
+	api := &fakeAPI{bind: func(name string, _ int) error {
+		order <- name
+		<-release
+		return nil
+	}}
+	r := New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, record.NewFakeRecorder(10), nil, Options{BindWorkers: 1})
+	r.binder = newFake(t, api)
+	// newFake's binder has 8 slots: leave one, so that binds go one at a time.
+	if err := r.binder.slots.Acquire(context.Background(), 7); err != nil {
+		t.Fatal(err)
+	}
+	var batches []cache.Batch
+	for i := range 50 {
+		b := cache.Batch{Min: 1, Reqs: []cache.BindRequest{req(fmt.Sprintf("p%02d", i), "n")}}
+		batches = append(batches, b)
+	}
+	r.queueBinds(context.Background(), batches)
+	if got := <-order; got != "p00" {
+		t.Fatalf("first bind %s, want p00", got)
+	}
+	r.mu.Lock()
+	queued := len(r.binds)
+	r.mu.Unlock()
+	// One is binding, one taken by the pump waiting for a batch slot.
+	if queued != 48 {
+		t.Fatalf("%d batches queued while the first binds, want 48", queued)
+	}
+	close(release)
+	for i := 1; i < 50; i++ {
+		select {
+		case got := <-order:
+			if want := fmt.Sprintf("p%02d", i); got != want {
+				t.Fatalf("bind %d was %s, want %s", i, got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of 50 batches bound", i)
+		}
+	}
+}
