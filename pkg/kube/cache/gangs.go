@@ -100,10 +100,11 @@ func (c *Cache) applyGang(g *gang.Gang) {
 			createdAt = t
 		}
 	}
-	if old := c.snap.Gangs[g.ID]; old != nil && g.PriorityClassName == "" && !hasSpecPriority(g) {
+	if old := c.snap.Gangs[g.ID]; old != nil && g.PriorityClassName == "" && (old.PriorityClassName != "" || !hasSpecPriority(g)) {
 		// The owner that named the class is gone (a RayService being deleted, say):
 		// keep what it said rather than drop the gang to priority 0 while its pods
-		// are still on their way out.
+		// are still on their way out. spec.priority is no guide then: a class named
+		// only by a label leaves admission's default (0) there.
 		priority, preemptible = old.Priority, old.Preemptible
 	}
 	if old := c.snap.Gangs[g.ID]; old != nil && g.Queue == "" {
