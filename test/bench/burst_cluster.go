@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/pkg/names/gvr"
@@ -126,30 +124,6 @@ func burstNode(i, gpus int) *corev1.Node {
 	}
 }
 
-// burstSlice is the node's GPUs as the node agent publishes them.
-func burstSlice(i, gpus int) *resourceapi.ResourceSlice {
-	name := burstNodeName(i)
-	devices := make([]resourceapi.Device, gpus)
-	for g := range devices {
-		devices[g] = resourceapi.Device{
-			Name: fmt.Sprintf("gpu-%d", g),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"index":       {IntValue: ptr.To(int64(g))},
-				"uuid":        {StringValue: ptr.To(fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", i, g))},
-				"productName": {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
-			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: h100Memory}},
-		}
-	}
-	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + DRADriver},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver: DRADriver, Pool: resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
-			NodeName: ptr.To(name), Devices: devices,
-		},
-	}
-}
-
 func createBurstNodes(ctx context.Context, client kubernetes.Interface, nodes, gpus int) error {
 	untaint := []byte(`{"spec":{"taints":null}}`)
 	for i := 0; i < nodes; i++ {
@@ -164,7 +138,7 @@ func createBurstNodes(ctx context.Context, client kubernetes.Interface, nodes, g
 				return fmt.Errorf("remove taints of node %s: %w", n.Name, err)
 			}
 		}
-		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, burstSlice(i, gpus), metav1.CreateOptions{}); err != nil {
+		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, resourceSlice(i, gpus, burstNodeName(i)), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create ResourceSlice of node %d: %w", i, err)
 		}
 	}

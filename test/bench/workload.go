@@ -213,17 +213,17 @@ func createDRAObjects(ctx context.Context, client kubernetes.Interface, s Scenar
 		return fmt.Errorf("create ResourceClaimTemplate: %w", err)
 	}
 	return parallel(ctx, s.Nodes, workers, func(ctx context.Context, i int) error {
-		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, resourceSlice(i, s), metav1.CreateOptions{}); err != nil {
+		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, resourceSlice(i, s.GPUsPerNode, nodeName(i)), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create ResourceSlice of node %d: %w", i, err)
 		}
 		return nil
 	})
 }
 
-func resourceSlice(i int, s Scenario) *resourceapi.ResourceSlice {
-	name := nodeName(i)
-	mem := resource.MustParse("80Gi")
-	devices := make([]resourceapi.Device, s.GPUsPerNode)
+// resourceSlice is node i's GPUs as the node agent publishes them: gpus H100s named
+// after node, the i-th node of its benchmark.
+func resourceSlice(i, gpus int, node string) *resourceapi.ResourceSlice {
+	devices := make([]resourceapi.Device, gpus)
 	for g := range devices {
 		devices[g] = resourceapi.Device{
 			Name: fmt.Sprintf("gpu-%d", g),
@@ -232,15 +232,15 @@ func resourceSlice(i int, s Scenario) *resourceapi.ResourceSlice {
 				"uuid":        {StringValue: ptr.To(fmt.Sprintf("GPU-%08x-0000-0000-0000-%012x", i, g))},
 				"productName": {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
 			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: mem}},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: h100Memory}},
 		}
 	}
 	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + DRADriver},
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + DRADriver},
 		Spec: resourceapi.ResourceSliceSpec{
 			Driver:   DRADriver,
-			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
-			NodeName: ptr.To(name),
+			Pool:     resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			NodeName: ptr.To(node),
 			Devices:  devices,
 		},
 	}
