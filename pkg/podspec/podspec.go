@@ -85,35 +85,35 @@ func refuse(c *model.Constraints, kind model.RefusalKind, field, format string, 
 // addPodAffinity translates required and preferred pod affinity and anti-affinity.
 func addPodAffinity(c *model.Constraints, pod *corev1.Pod, a *corev1.Affinity, nsLabels map[string]map[string]string) {
 	if pa := a.PodAffinity; pa != nil {
-		for i := range pa.RequiredDuringSchedulingIgnoredDuringExecution {
-			field := fmt.Sprintf("spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[%d]", i)
-			if t, ok := affinityTerm(c, field, pod, &pa.RequiredDuringSchedulingIgnoredDuringExecution[i], nsLabels); ok {
-				c.Affinity = append(c.Affinity, t)
-			}
-		}
-		for i := range pa.PreferredDuringSchedulingIgnoredDuringExecution {
-			w := &pa.PreferredDuringSchedulingIgnoredDuringExecution[i]
-			field := fmt.Sprintf("spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[%d]", i)
-			if t, ok := affinityTerm(c, field, pod, &w.PodAffinityTerm, nsLabels); ok {
-				c.PreferredAffinity = append(c.PreferredAffinity, model.WeightedAffinityTerm{AffinityTerm: t, Weight: w.Weight})
-			}
-		}
+		c.Affinity, c.PreferredAffinity = affinityTerms(c, "spec.affinity.podAffinity", pod,
+			pa.RequiredDuringSchedulingIgnoredDuringExecution, pa.PreferredDuringSchedulingIgnoredDuringExecution, nsLabels)
 	}
 	if pa := a.PodAntiAffinity; pa != nil {
-		for i := range pa.RequiredDuringSchedulingIgnoredDuringExecution {
-			field := fmt.Sprintf("spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[%d]", i)
-			if t, ok := affinityTerm(c, field, pod, &pa.RequiredDuringSchedulingIgnoredDuringExecution[i], nsLabels); ok {
-				c.AntiAffinity = append(c.AntiAffinity, t)
-			}
-		}
-		for i := range pa.PreferredDuringSchedulingIgnoredDuringExecution {
-			w := &pa.PreferredDuringSchedulingIgnoredDuringExecution[i]
-			field := fmt.Sprintf("spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[%d]", i)
-			if t, ok := affinityTerm(c, field, pod, &w.PodAffinityTerm, nsLabels); ok {
-				c.PreferredAntiAffinity = append(c.PreferredAntiAffinity, model.WeightedAffinityTerm{AffinityTerm: t, Weight: w.Weight})
-			}
+		c.AntiAffinity, c.PreferredAntiAffinity = affinityTerms(c, "spec.affinity.podAntiAffinity", pod,
+			pa.RequiredDuringSchedulingIgnoredDuringExecution, pa.PreferredDuringSchedulingIgnoredDuringExecution, nsLabels)
+	}
+}
+
+// affinityTerms translates one kind's required and preferred terms (podAffinity or
+// podAntiAffinity, named by prefix in refusals), leaving out the refused ones.
+func affinityTerms(c *model.Constraints, prefix string, pod *corev1.Pod, required []corev1.PodAffinityTerm,
+	preferred []corev1.WeightedPodAffinityTerm, nsLabels map[string]map[string]string) ([]model.AffinityTerm, []model.WeightedAffinityTerm) {
+	var req []model.AffinityTerm
+	var pref []model.WeightedAffinityTerm
+	for i := range required {
+		field := fmt.Sprintf("%s.requiredDuringSchedulingIgnoredDuringExecution[%d]", prefix, i)
+		if t, ok := affinityTerm(c, field, pod, &required[i], nsLabels); ok {
+			req = append(req, t)
 		}
 	}
+	for i := range preferred {
+		w := &preferred[i]
+		field := fmt.Sprintf("%s.preferredDuringSchedulingIgnoredDuringExecution[%d]", prefix, i)
+		if t, ok := affinityTerm(c, field, pod, &w.PodAffinityTerm, nsLabels); ok {
+			pref = append(pref, model.WeightedAffinityTerm{AffinityTerm: t, Weight: w.Weight})
+		}
+	}
+	return req, pref
 }
 
 // affinityTerm builds one term as kube-scheduler does: a nil labelSelector selects
