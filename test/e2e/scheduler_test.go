@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/test/testenv"
@@ -172,17 +173,24 @@ func TestBadGPUDemandsAreExplained(t *testing.T) {
 		newPod(ns, "too-many", withGPUs(16), onTestNodes(t)),
 		newPod(ns, "fine", withGPUs(1), onTestNodes(t)),
 	)
-	p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "fraction", metav1.GetOptions{})
+	// The scheduler writes the pod's status meanwhile: retry on conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "fraction", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Annotations[names.AnnotationGPUFraction] = "1.5"
+		p.Spec.SchedulingGates = nil
+		_, err = env.Client.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Annotations[names.AnnotationGPUFraction] = "1.5"
-	p.Spec.SchedulingGates = nil
-	if _, err := env.Client.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	got := waitPods(t, ns, 20*time.Second, "bad pods explained, good pod bound", func(ps []corev1.Pod) bool {
-		return unschedulableMessage(ps, "fraction") != "" && unschedulableMessage(ps, "too-many") != "" && bound(ps) == 1
+		// The gate's message comes first; wait for the one about the annotation.
+		return strings.Contains(unschedulableMessage(ps, "fraction"), names.AnnotationGPUFraction) &&
+			unschedulableMessage(ps, "too-many") != "" && bound(ps) == 1
 	})
 	if msg := unschedulableMessage(got, "fraction"); !strings.Contains(msg, names.AnnotationGPUFraction) {
 		t.Errorf("fraction message %q does not name the annotation to fix", msg)
