@@ -138,8 +138,13 @@ type Gang struct {
 	// Bound is how many members are bound when running (all when zero).
 	Bound int
 	// NominatedTo is the node an earlier cycle nominated the gang's pending pods to
-	// (a preemption made room for them there).
-	NominatedTo string
+	// (a preemption made room for them there); NominationOrder numbers that
+	// nomination among others (model.Pod.NominationOrder; unknown when zero).
+	NominatedTo     string
+	NominationOrder int64
+	// CreatedAt, when not zero, is when the gang was created; by default gangs are
+	// created one second apart in the order of Scenario.Gangs.
+	CreatedAt int64
 	// StartedAgo is how long ago a running gang started, in seconds (default 3600).
 	StartedAgo int64
 	// Pod is what every pod of the gang states beyond resources, in the API's terms
@@ -252,6 +257,9 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 	if minMember == 0 {
 		minMember = size
 	}
+	if g.CreatedAt != 0 {
+		createdAt = g.CreatedAt
+	}
 	id := model.GangID(g.Name)
 	if snap.Gangs[id] != nil {
 		return fmt.Errorf("scenario: gang %s is declared twice", g.Name)
@@ -301,8 +309,8 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 				return fmt.Errorf("scenario: gang %s: %w", g.Name, err)
 			}
 		}
-		if i >= bound {
-			p.NominatedNode = g.NominatedTo
+		if i >= bound && g.NominatedTo != "" {
+			p.NominatedNode, p.NominationOrder = g.NominatedTo, g.NominationOrder
 		}
 		snap.Pods[p.ID] = p
 		mg.Members = append(mg.Members, p.ID)
