@@ -63,6 +63,9 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		delete(c.assumed, id)
 	}
 	c.keepNomination(p, pod)
+	if old != nil {
+		keepNominationOrder(old, p)
+	}
 	if demandErr != nil {
 		c.podErrors[id] = demandErr.Error()
 	} else {
@@ -243,5 +246,13 @@ func (c *Cache) keepNomination(p *model.Pod, pod *corev1.Pod) {
 		delete(c.cycle.nominated, p.ID) // bound, or the informer shows it now
 	default:
 		p.NominatedNode = node // the informer lags our own nomination
+	}
+}
+
+// keepNominationOrder carries over the order of this scheduler's nomination of the
+// pod, which the API does not hold, while the nomination stays the same. Caller holds mu.
+func keepNominationOrder(old, p *model.Pod) {
+	if p.NominatedNode != "" && p.NominatedNode == old.NominatedNode {
+		p.NominationOrder = old.NominationOrder
 	}
 }
