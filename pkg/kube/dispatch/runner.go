@@ -49,6 +49,9 @@ type Options struct {
 	Cycled func(time.Time)
 	// Events writes the Scheduled Events of binds (events.go); nil writes none.
 	Events *Events
+	// CycleTarget is how long a cycle that finds more to place than it should place
+	// at once aims to take (budget.go); 0 means 40 ms.
+	CycleTarget time.Duration
 }
 
 func (o *Options) defaults() {
@@ -77,6 +80,9 @@ func (o *Options) defaults() {
 	}
 	if o.Pause <= 0 {
 		o.Pause = 500 * time.Millisecond
+	}
+	if o.CycleTarget <= 0 {
+		o.CycleTarget = 40 * time.Millisecond
 	}
 }
 
@@ -117,6 +123,12 @@ type Runner struct {
 	// mixPods is how many pods the placer had learned from when its mix was last
 	// published as a metric.
 	mixPods uint64
+	// budget, queuedPods, more and ready bound the work of a cycle (budget.go).
+	budget     int
+	minBudget  int
+	queuedPods int
+	more       bool
+	ready      chan struct{}
 }
 
 // New wires a runner.
@@ -138,6 +150,9 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		warned:       map[string]bool{},
 		bindFailures: map[model.GangID]int{},
 		batchSlots:   semaphore.NewWeighted(int64(opts.BindWorkers)),
+		budget:       firstBudget,
+		minBudget:    minBudget,
+		ready:        make(chan struct{}, 1),
 	}
 }
 
@@ -152,6 +167,8 @@ func (r *Runner) Run(ctx context.Context) {
 			return
 		case <-r.cache.Changed():
 			time.Sleep(r.opts.Debounce)
+		case <-r.ready:
+			// The last cycle left gangs for this one, and its binds run low.
 		case <-tick.C:
 		}
 		if wait := r.paused(); wait > 0 {
@@ -189,7 +206,10 @@ func (r *Runner) publishMix() {
 func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
-	prep := r.cache.Prepare(ctx, start, r.sched.ScheduleSkipping)
+	budget := r.cycleBudget()
+	prep := r.cache.Prepare(ctx, start, func(snap *model.Snapshot, skip func(model.GangID) bool) *scheduler.Plan {
+		return r.sched.ScheduleWithin(snap, skip, budget)
+	})
 	if prep.AskedDRA {
 		r.metrics.ObserveDRA(prep.DRA)
 	}
@@ -200,7 +220,8 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		r.opts.Cycled(time.Now())
 	}
 	r.publishMix()
-	logCycle(took, inFlight, d)
+	r.resize(prep.Plan, took)
+	logCycle(took, inFlight, budget, prep.Plan.Deferred, d)
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).
 	for _, p := range prep.Plan.Preemptions {
@@ -208,6 +229,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 
 	r.queueBinds(ctx, d.Batches)
+	r.deferred(prep.Plan.Deferred > 0)
 	r.evict(ctx, d.Evictions, prep.Plan.Preemptions)
 	for _, wd := range d.Withdrawn {
 		klog.V(2).InfoS("Nomination withdrawn", "gang", wd.Gang, "reason", wd.Reason)
@@ -251,12 +273,13 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 }
 
 // CycleLogLevel is the verbosity of the one line each cycle logs ("Cycle", with its
-// time in microseconds, the pods and gangs it sent to bind, the gangs left pending
-// and the binds in flight when it started): test/bench reads it for cycle-time
+// time in microseconds, the pods and gangs it sent to bind, the gangs left pending,
+// the binds in flight when it started, its budget of pods and the gangs it left for
+// the next cycle): test/bench reads it for cycle-time
 // percentiles, pods per cycle, and whether the bind pipeline runs dry between cycles.
 const CycleLogLevel = 4
 
-func logCycle(took time.Duration, inFlight int64, d *cache.Decisions) {
+func logCycle(took time.Duration, inFlight int64, budget, deferred int, d *cache.Decisions) {
 	if !klog.V(CycleLogLevel).Enabled() {
 		return
 	}
@@ -265,7 +288,7 @@ func logCycle(took time.Duration, inFlight int64, d *cache.Decisions) {
 		pods += len(b.Reqs)
 	}
 	klog.V(CycleLogLevel).InfoS("Cycle", "micros", took.Microseconds(), "pods", pods, "gangs", len(d.Batches),
-		"pending", len(d.Pending), "inFlight", inFlight)
+		"pending", len(d.Pending), "inFlight", inFlight, "budget", budget, "deferred", deferred)
 }
 
 // Pending returns why a gang was left pending by the last cycle, if it was.
