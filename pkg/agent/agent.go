@@ -137,6 +137,7 @@ func New(cfg Config) (*Agent, error) {
 	a.driver, err = NewDriver(DriverOptions{
 		NodeName: cfg.NodeName, PluginDataDir: cfg.PluginDataDir, CDIRoot: cfg.CDIRoot,
 		MPS: cfg.MPS, Snapshot: a.snapshot, Editor: a.currentEditor,
+		ClaimStatus: &ClaimStatusWriter{Client: cfg.KubeClient},
 	})
 	if err != nil {
 		return nil, err
