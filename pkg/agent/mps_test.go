@@ -9,12 +9,15 @@ import (
 	"syscall"
 	"testing"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gantry-dev/gantry/pkg/names"
 )
@@ -290,5 +293,60 @@ func TestShareConfigErrorsSayWhatToWrite(t *testing.T) {
 		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.nvidia.com", Parameters: runtime.RawExtension{Raw: []byte(`{"kind":"GpuConfig"}`)}}}}}
 	if _, err := shareConfig(c); err != nil {
 		t.Error(err)
+	}
+}
+
+// Nothing a pod writes in its own environment changes what Gantry's claims
+// give it: the CDI edits replace the pod's values of the same variables,
+// and the GPUs come from device nodes, not from NVIDIA_VISIBLE_DEVICES.
+func TestPodEnvironmentCannotWidenItsClaims(t *testing.T) {
+	e := newDriverEnv(t, "dgxh100")
+	if !e.realNodes {
+		t.Skip("cannot create device nodes here (not root)")
+	}
+	mps := fakeMPS(t, "")
+	d := e.start(t, mps)
+	c := allocatedClaim("uid-p", "serve", share{device: "gpu-4", memory: "10Gi", shareID: "s1"})
+	if r := prepare(t, d, c)[c.UID]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	uuid := e.snapshot.Get().Devices[4].UUID
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(e.cdiRoot), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := &oci.Spec{Process: &oci.Process{Env: []string{
+		"NVIDIA_VISIBLE_DEVICES=all",
+		"CUDA_MPS_PIPE_DIRECTORY=/tmp/elsewhere",
+		EnvMemoryBytesPrefix + uuidEnvSuffix(uuid) + "=85899345920",
+	}}, Linux: &oci.Linux{}}
+	if _, err := cache.InjectDevices(ctr, deviceIDs(t, d, c.UID)...); err != nil {
+		t.Fatal(err)
+	}
+	// One value per name: a runtime reading the first would otherwise see
+	// the pod's.
+	seen := map[string]bool{}
+	for _, kv := range ctr.Process.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if seen[k] {
+			t.Errorf("%s is set twice: %v", k, ctr.Process.Env)
+		}
+		seen[k] = true
+	}
+	env := ociEnv(ctr)
+	for k, want := range map[string]string{
+		"NVIDIA_VISIBLE_DEVICES":                      "void",
+		"CUDA_MPS_PIPE_DIRECTORY":                     mpsContainerPipeDir,
+		EnvMemoryBytesPrefix + uuidEnvSuffix(uuid):    strconv.Itoa(10 << 30),
+		EnvMemoryEnforcedPrefix + uuidEnvSuffix(uuid): "true",
+	} {
+		if env[k] != want {
+			t.Errorf("%s=%q after injection, want %q", k, env[k], want)
+		}
+	}
+	for _, p := range ociDevices(ctr) {
+		if strings.HasPrefix(p, "/dev/nvidia") && p != "/dev/nvidia4" && !strings.HasPrefix(p, "/dev/nvidia-") && p != "/dev/nvidiactl" {
+			t.Errorf("container got %s besides its GPU", p)
+		}
 	}
 }
