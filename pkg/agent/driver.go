@@ -126,6 +126,9 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			for _, uid := range added {
 				delete(d.cp.Claims, uid)
 				_ = removeCDISpec(d.opts.CDIRoot, uid)
+				if d.opts.MPS != nil {
+					_ = d.opts.MPS.Stop(uid)
+				}
 			}
 			return nil, err
 		}

@@ -350,3 +350,31 @@ func TestPodEnvironmentCannotWidenItsClaims(t *testing.T) {
 		}
 	}
 }
+
+// With BindShm the daemon (and the servers it forks) see the claim's shm
+// directory at /dev/shm, the directory its clients get there.
+func TestMPSDaemonSharesTheClaimsShm(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("unshare --mount needs CAP_SYS_ADMIN")
+	}
+	m := fakeMPS(t, "")
+	m.opts.BindShm = true
+	const uid = types.UID("uid-shm")
+	if err := m.Start(uid, []mpsShare{{UUID: "GPU-1", Bytes: 1 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(m.dirs(uid).pipe, "shm-inode"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(m.dirs(uid).shm, &st); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(got)) != strconv.FormatUint(st.Ino, 10) {
+		t.Errorf("daemon's /dev/shm is inode %s, the claim's shm directory %d", got, st.Ino)
+	}
+	if err := m.Stop(uid); err != nil {
+		t.Error(err)
+	}
+}
