@@ -26,6 +26,12 @@ type Config struct {
 	Preemption bool
 	// MinRuntimeSeconds protects a gang from preemption for this long after it starts.
 	MinRuntimeSeconds int64
+	// VictimTimeoutSeconds bounds how long a nominated preemptor waits for a victim
+	// past the end of the victim's grace period (DefaultVictimTimeoutSeconds when
+	// zero). Past it, the victim is stuck (a finalizer, a node that does not answer):
+	// the preemptor's nomination ends and it takes its turn in queue order again,
+	// where it may preempt elsewhere.
+	VictimTimeoutSeconds int64
 }
 
 // Plan is what one cycle decided.
@@ -135,8 +141,10 @@ type work struct {
 	core []*model.Pod
 	// extra are pending members beyond the minimum.
 	extra []*model.Pod
-	// nominated is true when an earlier cycle evicted for this gang.
-	nominated bool
+	// nominated is true when an earlier cycle evicted for this gang; nominationOrder is
+	// the earliest model.Pod.NominationOrder of its pending pods (zero when unknown).
+	nominated       bool
+	nominationOrder int64
 	// held is true for a nominated gang the caller asked to skip: it is neither placed
 	// nor reported, but the room promised to it is kept (keepRoom).
 	held bool
@@ -393,7 +401,7 @@ func (c *cycle) placeElasticMembers(w *work, mayReclaim bool) (placedAny, waitin
 		}
 		pl, unsched := s.Placer.PlacePod(view, p)
 		if unsched != nil {
-			if len(terminatingOnNominatedNodes(c.snap, []*model.Pod{p})) > 0 {
+			if leaving, _ := c.leavingFor([]*model.Pod{p}); len(leaving) > 0 {
 				waiting = true
 				break // its victims are still going
 			}
@@ -525,9 +533,13 @@ func gangWork(snap *model.Snapshot, g *model.Gang) (work, bool) {
 	}
 	w := work{gang: g, core: pending[:need], extra: pending[need:]}
 	for _, p := range pending {
-		if p.NominatedNode != "" {
-			w.nominated = true
+		if p.NominatedNode == "" {
+			continue
 		}
+		if !w.nominated || p.NominationOrder < w.nominationOrder {
+			w.nominationOrder = p.NominationOrder
+		}
+		w.nominated = true
 	}
 	return w, true
 }
@@ -539,13 +551,19 @@ func withMissing(g *model.Gang, why string) *model.Gang {
 }
 
 // before orders gangs within a queue: nominated preemptors first (their space is
-// being freed for them), then higher priority, then first come.
+// being freed for them), then higher priority, then, among nominated ones, the one
+// nominated first (it takes the room freed first: gangs created in the same second
+// would otherwise go by name, and a preemptor nominated later could take the GPU
+// freed for an earlier one, issue 19), then first come.
 func before(a, b *work) bool {
 	if a.nominated != b.nominated {
 		return a.nominated
 	}
 	if a.gang.Priority != b.gang.Priority {
 		return a.gang.Priority > b.gang.Priority
+	}
+	if a.nominated && a.nominationOrder != b.nominationOrder {
+		return a.nominationOrder < b.nominationOrder
 	}
 	if a.gang.CreatedAt != b.gang.CreatedAt {
 		return a.gang.CreatedAt < b.gang.CreatedAt

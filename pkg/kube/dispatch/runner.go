@@ -11,6 +11,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -100,7 +101,7 @@ type Runner struct {
 
 	mu         sync.Mutex
 	nominated  map[model.PodID]string
-	lastReason map[model.GangID]string
+	lastReason map[model.GangID]reasonKey
 	pending    map[model.GangID]scheduler.Pending
 	// warned are the pods told of a share conflict (cache.ShareConflict), by UID:
 	// told once, not every cycle they are nominated.
@@ -144,7 +145,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		metrics:      m,
 		opts:         opts,
 		nominated:    map[model.PodID]string{},
-		lastReason:   map[model.GangID]string{},
+		lastReason:   map[model.GangID]reasonKey{},
 		pending:      map[model.GangID]scheduler.Pending{},
 		warned:       map[string]bool{},
 		bindFailures: map[model.GangID]int{},
@@ -262,7 +263,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		klog.InfoS("Gang incomplete for too long", "gang", pd.Gang, "reason", pd.Reason)
 		for _, p := range pd.Pods {
 			if !p.Bound() {
-				r.status.pending(ctx, p, names.ConditionGangIncomplete, names.EventGangIncomplete, pd.Reason)
+				r.status.pending(ctx, p, names.ConditionGangIncomplete, names.EventGangIncomplete, pd.Reason, nil)
 			} else {
 				r.status.event(p, corev1.EventTypeWarning, names.EventGangIncomplete, pd.Reason)
 			}
@@ -347,15 +348,46 @@ func (r *Runner) warnShareConflicts(conflicts []cache.ShareConflict) {
 	}
 }
 
+// reasonKey is what a gang's pending reason was last written for: the reason and
+// the pods it went to.
+type reasonKey struct {
+	reason string
+	pods   uint64
+	n      int
+}
+
+func pendingKey(pd cache.PendingGang) reasonKey {
+	k := reasonKey{reason: pd.Reason, n: len(pd.Pods)}
+	for _, p := range pd.Pods {
+		h := fnv.New64a()
+		h.Write([]byte(p.UID))
+		h.Write([]byte(p.ID))
+		k.pods += h.Sum64() // order-independent
+	}
+	return k
+}
+
 // explainPending writes why a gang waits on its pods (PodScheduled=False and an
-// Event), only when the reason changed.
+// Event), only when the reason or the pods changed. A write that fails (the API
+// server or etcd down) or is dropped is tried again next cycle: before, the reason
+// was remembered as written, and the pod stayed without one for good (chaos
+// restart-etcd finding); a member created later (a Ray worker re-created) got none
+// while the reason stayed the same.
 func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
+	key := pendingKey(pd)
 	r.mu.Lock()
-	same := r.lastReason[pd.Gang] == pd.Reason
-	r.lastReason[pd.Gang] = pd.Reason
+	same := r.lastReason[pd.Gang] == key
+	r.lastReason[pd.Gang] = key
 	r.mu.Unlock()
 	if same {
 		return
+	}
+	retry := func() {
+		r.mu.Lock()
+		if r.lastReason[pd.Gang] == key {
+			delete(r.lastReason, pd.Gang)
+		}
+		r.mu.Unlock()
 	}
 	r.metrics.ObservePending(string(pd.Kind))
 	msg := pd.Reason
@@ -363,7 +395,7 @@ func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
 		msg = fmt.Sprintf("gang %s: %s", pd.Gang, pd.Reason)
 	}
 	for _, p := range pd.Pods {
-		r.status.pending(ctx, p, corev1.PodReasonUnschedulable, names.EventFailedScheduling, msg)
+		r.status.pending(ctx, p, corev1.PodReasonUnschedulable, names.EventFailedScheduling, msg, retry)
 	}
 }
 
@@ -530,7 +562,7 @@ func (r *Runner) bindBatch(ctx context.Context, b cache.Batch) {
 	}
 	for _, res := range results {
 		if res.outcome == failed {
-			r.status.pending(ctx, res.req.Pod, names.EventBindFailed, names.EventFailedScheduling, err.Error())
+			r.status.pending(ctx, res.req.Pod, names.EventBindFailed, names.EventFailedScheduling, err.Error(), nil)
 		}
 	}
 }
