@@ -172,6 +172,21 @@ func TestChartDefaults(t *testing.T) {
 		if !tolerates(pod.Tolerations, corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}) {
 			t.Errorf("tolerations %v do not tolerate the usual GPU node taint nvidia.com/gpu:NoSchedule", pod.Tolerations)
 		}
+		if !slices.Contains(c.Args, "--metrics-secure=true") {
+			t.Errorf("agent args %v: /metrics must be authenticated by default (--metrics-secure=true)", c.Args)
+		}
+		// Probes ask whether the kubelet accepted the plugin's registration, on their
+		// own plain-HTTP port (the metrics port wants a token); not a TCP check.
+		for what, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+			want := map[string]string{"liveness": "/healthz", "readiness": "/readyz"}[what]
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "probes" || p.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+				t.Errorf("agent %s probe %+v: want HTTP GET %s on the probes port", what, p, want)
+			}
+		}
+		if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("agent securityContext %+v: want privileged false, no privilege escalation", sc)
+		}
 		checkFlagsDefined(t, c.Args, "cmd/node-agent/main.go")
 	})
 
@@ -469,9 +484,11 @@ func TestChartValues(t *testing.T) {
 				}
 			}
 		}
-		eps, _, _ := unstructured.NestedSlice(find(t, objs, "ServiceMonitor", "gantry-scheduler").Object, "spec", "endpoints")
-		if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "https" || eps[0].(map[string]any)["bearerTokenFile"] == nil {
-			t.Errorf("scheduler ServiceMonitor endpoints %v: want https with Prometheus' token (metrics are authenticated)", eps)
+		for _, name := range []string{"gantry-scheduler", "gantry-node-agent"} {
+			eps, _, _ := unstructured.NestedSlice(find(t, objs, "ServiceMonitor", name).Object, "spec", "endpoints")
+			if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "https" || eps[0].(map[string]any)["bearerTokenFile"] == nil {
+				t.Errorf("%s ServiceMonitor endpoints %v: want https with Prometheus' token (metrics are authenticated)", name, eps)
+			}
 		}
 		find(t, objs, "ClusterRole", "gantry-scheduler-metrics-reader")
 		if objs := render(t); slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceMonitor" }) {

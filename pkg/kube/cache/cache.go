@@ -53,6 +53,10 @@ type Cache struct {
 	claims     map[string]*resourceapi.ResourceClaim
 	claimUsers map[string]map[model.PodID]struct{}
 	podClaims  map[model.PodID][]dra.Claim
+	// orphans are allocated claims whose devices no live pod holds, booked on
+	// their node without a pod (orphans.go), and indexed by node.
+	orphans       map[string]orphanClaim
+	orphansOnNode map[string]map[string]struct{}
 	// alloc is the structured allocator; structured are the pending pods whose
 	// claims need it, and draFailed those whose podErrors entry it wrote (cleared and
 	// written again each cycle).
@@ -300,6 +304,7 @@ func (c *Cache) rebuildNode(name string) {
 			n.Book(p, p.GPUs)
 		}
 	}
+	c.bookOrphans(n)
 	c.snap.AddNode(n)
 }
 
@@ -414,6 +419,7 @@ func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
 			c.upsertPodLocked(p) // it may hold the claim's GPUs now
 		}
 	}
+	c.refreshOrphan(key)
 }
 
 // claimInput resolves a pod's claims and indexes them: for a pending pod of this

@@ -75,7 +75,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 		waiting:    &waiting{serves: c.Serves, pods: map[types.UID]struct{}{}},
 	}
 	pods := inf.core.Core().V1().Pods().Informer()
-	if err := pods.SetTransform(slimPod); err != nil {
+	if err := pods.SetTransform(slimPodOnce); err != nil {
 		return nil, err
 	}
 	nodes := inf.core.Core().V1().Nodes().Informer()
