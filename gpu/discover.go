@@ -352,6 +352,14 @@ func readCounters(dev nvml.Device, d *Device, c *callTracker) {
 		n := uint64(v)
 		d.PCIeReplays = &n
 	}
+	if v, ret := dev.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); c.ok(ret) {
+		n := uint64(v) * 1024
+		d.PCIeTxBytesPerSecond = &n
+	}
+	if v, ret := dev.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); c.ok(ret) {
+		n := uint64(v) * 1024
+		d.PCIeRxBytesPerSecond = &n
+	}
 	if v, _, ret := dev.GetEncoderUtilization(); c.ok(ret) {
 		d.EncoderUtilizationPercent = &v
 	}

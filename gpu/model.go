@@ -68,6 +68,9 @@ type Device struct {
 	RowRemapFailed                                     *bool
 	// PCIeReplays is the PCIe replay (retry) counter.
 	PCIeReplays *uint64
+	// PCIeTxBytesPerSecond and PCIeRxBytesPerSecond are the PCIe throughput
+	// NVML measured over its last 20 ms window (it reports KB/s).
+	PCIeTxBytesPerSecond, PCIeRxBytesPerSecond *uint64
 	// EncoderUtilizationPercent and DecoderUtilizationPercent are the video
 	// engines' utilization.
 	EncoderUtilizationPercent, DecoderUtilizationPercent *uint32

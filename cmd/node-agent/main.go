@@ -53,6 +53,7 @@ type options struct {
 	readTimeout, gcGrace                          time.Duration
 	cdi                                           agent.CDIOptions
 	mpsRoot, mpsControl                           string
+	mpsBindShm, claimStatus                       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -71,8 +72,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for /metrics, reloaded when they change (default: a self-signed certificate)")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":9403", `address for /healthz and /readyz (the kubelet accepted the plugin's registration); "0" disables it`)
 	fs.StringVar(&o.podResourcesSocket, "pod-resources-socket", agent.DefaultPodResourcesSocket, "kubelet PodResources socket for pod labels on metrics; empty disables")
-	fs.BoolVar(&o.mps, "mps", false, "enforce memory shares: run an MPS control daemon per shared GPU and give each claim a pinned device-memory limit")
-	fs.StringVar(&o.mpsRoot, "mps-root", agent.DefaultMPSRoot, "host directory under which each GPU's MPS pipe and log directories are made")
+	fs.BoolVar(&o.mps, "mps", false, "enforce memory shares: run an MPS control daemon for each claim holding shares, with the claim's pinned device-memory limit on each GPU")
+	fs.StringVar(&o.mpsRoot, "mps-root", agent.DefaultMPSRoot, "host directory (same path in the agent) under which each claim's MPS pipe, shm and log directories are made")
+	fs.BoolVar(&o.mpsBindShm, "mps-bind-shm", true, "run each MPS daemon in its own mount namespace with the claim's shm directory at /dev/shm, as its clients have it (needs CAP_SYS_ADMIN)")
+	fs.BoolVar(&o.claimStatus, "claim-status", false, "write whether each claim's memory shares are enforced into its status.devices (condition "+agent.ConditionShareEnforced+"); needs update on resourceclaims/status")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control program (under --driver-root)")
 	fs.StringVar(&o.cdi.DriverRoot, "driver-root", "/", "where the agent sees the NVIDIA driver's files (GPU Operator: the mount of /run/nvidia/driver)")
 	fs.StringVar(&o.cdi.HostDriverRoot, "host-driver-root", "", "the same directory on the host, as CDI specs must name it (default --driver-root)")
@@ -208,8 +211,12 @@ func agentConfig(o *options, lib nvml.Interface, kube kubernetes.Interface, stat
 	if o.gcGrace > 0 {
 		acfg.GC = &agent.CheckpointGC{Client: kube, Grace: o.gcGrace}
 	}
+	if o.claimStatus {
+		acfg.ClaimStatus = &agent.ClaimStatusWriter{Client: kube}
+	}
 	if o.mps {
-		acfg.MPS = agent.NewMPSManager(agent.MPSOptions{Root: o.mpsRoot, Control: filepath.Join(o.cdi.DriverRoot, "usr/bin", filepath.Base(o.mpsControl))})
+		acfg.MPS = agent.NewMPSManager(agent.MPSOptions{Root: o.mpsRoot, BindShm: o.mpsBindShm,
+			Control: filepath.Join(o.cdi.DriverRoot, "usr/bin", filepath.Base(o.mpsControl))})
 	}
 	if o.fakeGPUs != "" {
 		// Fake GPUs have no device nodes or driver files to hand out.

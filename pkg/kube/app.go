@@ -125,6 +125,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	eb.StartRecordingToSink(ctx.Done())
 	defer eb.Shutdown()
+	scheduled := dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup, m.EventDropped)
+	go scheduled.Run(ctx)
 	var cycled func(time.Time)
 	if o.Liveness != nil {
 		o.Liveness.started(time.Now(), inf.WaitingPods)
@@ -133,7 +135,7 @@ func Run(ctx context.Context, o Options) error {
 	runner := dispatch.New(c, sched, client, recorder, m, dispatch.Options{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
 		Cycled: cycled,
-		Events: dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup),
+		Events: scheduled,
 	})
 	status := report.New(c, sched, dyn, m, lookup.PodGroups, runner.Pending)
 	go status.Run(ctx, 2*time.Second)

@@ -62,6 +62,7 @@ func TestLoadConfigRefusesBadValues(t *testing.T) {
 		{"evictionBurst: -20\n", []string{"evictionBurst: -20 is negative"}},
 		{"gangBelowMinimumGrace: -1s\n", []string{"gangBelowMinimumGrace: -1s is negative"}},
 		{"incompleteGangTimeout: -10m\n", []string{"incompleteGangTimeout: -10m0s is negative"}},
+		{"stallTimeout: -5m\n", []string{"stallTimeout: -5m0s is negative"}}, // FuzzSchedulerConfig
 		{"policy: best-fit\n", []string{"policy:", "best-fit", "bestfit"}},
 		{"defaultQueue: Team A\n", []string{"defaultQueue: \"Team A\" is not a Queue name"}},
 		{"evictionQPS: .nan\n", []string{"finite"}},

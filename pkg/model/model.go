@@ -61,6 +61,10 @@ type GPU struct {
 	// scheduler's view (another scheduler, a leaking process) uses the GPU.
 	LiveFreeBytes int64
 	Healthy       bool
+	// Partition marks a MIG device: it is taken whole, and only by a claim whose
+	// devices the structured allocator chose (Pod.DeviceChoices); the core places
+	// no count or share on it by itself.
+	Partition bool
 }
 
 // UnknownBytes marks a memory figure that no one has measured.
@@ -118,7 +122,7 @@ func (n *Node) Free() Resources { return n.Allocatable.Sub(n.Requested) }
 func (n *Node) IdleGPUs() int {
 	c := 0
 	for i := range n.GPUs {
-		if n.GPUs[i].Healthy && n.GPUs[i].Idle() {
+		if n.GPUs[i].Healthy && !n.GPUs[i].Partition && n.GPUs[i].Idle() {
 			c++
 		}
 	}
@@ -291,9 +295,20 @@ type Pod struct {
 	// Terminating is true for a bound pod that is being deleted or evicted: it still
 	// holds its resources until it is gone.
 	Terminating bool
+	// TerminatingDeadline is when a terminating pod's grace period ends (the API's
+	// deletionTimestamp), in seconds since the epoch of Snapshot.Now; zero while
+	// unknown (a victim marked by this scheduler before the API shows its deletion).
+	// A pod still there well past it is stuck (a finalizer, an unreachable node): a
+	// preemptor stops waiting for it (scheduler.Config.VictimTimeoutSeconds).
+	TerminatingDeadline int64
 	// NominatedNode is where a pending preemptor will go once its victims are gone
 	// (status.nominatedNodeName), so a restarted scheduler does not evict again.
 	NominatedNode string
+	// NominationOrder orders nominations: a number that grows with every nomination
+	// this scheduler makes, set when the pod is nominated to NominatedNode; zero when
+	// unknown (a nomination read from the API after a restart). Among preemptors
+	// waiting for room, the one nominated first takes the room freed first.
+	NominationOrder int64
 	// CreatedAt orders pods first-come first-served, in seconds.
 	CreatedAt int64
 	// DeviceChoices, when not nil, names the only nodes the pod may go to and, for

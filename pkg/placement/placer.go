@@ -536,7 +536,7 @@ func kindsOf(s *model.Snapshot) nodeKinds {
 		k.totalGPUs += len(n.GPUs)
 		key := fmt.Sprint(n.Allocatable, n.GPUsByCountOnly)
 		for i := range n.GPUs {
-			key += fmt.Sprintf("|%s/%d", n.GPUs[i].Model, n.GPUs[i].MemoryBytes)
+			key += fmt.Sprintf("|%s/%d/%t", n.GPUs[i].Model, n.GPUs[i].MemoryBytes, n.GPUs[i].Partition)
 		}
 		if i, ok := index[key]; ok {
 			k.gpus[i] += len(n.GPUs)
@@ -544,7 +544,7 @@ func kindsOf(s *model.Snapshot) nodeKinds {
 		}
 		empty := &model.Node{Allocatable: n.Allocatable, GPUsByCountOnly: n.GPUsByCountOnly, GPUs: make([]model.GPU, len(n.GPUs))}
 		for i, g := range n.GPUs {
-			empty.GPUs[i] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true}
+			empty.GPUs[i] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true, Partition: g.Partition}
 		}
 		index[key] = len(k.nodes)
 		k.nodes = append(k.nodes, empty)

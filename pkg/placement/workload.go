@@ -290,7 +290,7 @@ func loadSlots(n *model.Node, buf []gpuSlot) []gpuSlot {
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
 		s := gpuSlot{model: g.Model, memory: g.MemoryBytes}
-		if g.Healthy {
+		if g.Healthy && !g.Partition {
 			s.free = g.FreeBytes()
 			s.idle = g.Idle()
 		}

@@ -183,7 +183,7 @@ func newExperiment(t testing.TB, seed uint64, nodes int) *experiment {
 	}
 	e.s.Now = 1_000_000
 	for i := 0; i < nodes; i++ {
-		n := newNode(nodeSpec{name: fmt.Sprintf("node-%d", i), gpus: gpusPerNode, gpuMemory: h100Memory, cpu: 128000, memory: 2048 * GiB})
+		n := h100Node(fmt.Sprintf("node-%d", i))
 		// Two GPUs run something the scheduler does not know of (a leaked process):
 		// the node agent measures 6 GiB less free than the bookkeeping says.
 		if i < 2 {
@@ -245,17 +245,17 @@ func (e *experiment) background() job {
 	shareOf := func(gib int64) model.GPUDemand { return model.GPUDemand{Count: 1, MemoryBytes: gib * GiB} }
 	switch r := e.rng.IntN(100); {
 	case r < 20:
-		return job{kind: "train-1", priority: 50, preemptible: true, pods: []model.GPUDemand{wholeGPUs(1)}, lifetime: hours(1, 8)}
+		return job{kind: "train-1", priority: 50, preemptible: true, pods: []model.GPUDemand{model.GPUDemand{Count: 1}}, lifetime: hours(1, 8)}
 	case r < 30:
-		return job{kind: "train-2", priority: 50, preemptible: true, pods: []model.GPUDemand{wholeGPUs(2)}, lifetime: hours(1, 8)}
+		return job{kind: "train-2", priority: 50, preemptible: true, pods: []model.GPUDemand{model.GPUDemand{Count: 2}}, lifetime: hours(1, 8)}
 	case r < 34:
-		return job{kind: "train-4", priority: 50, preemptible: true, pods: []model.GPUDemand{wholeGPUs(4)}, lifetime: hours(2, 8)}
+		return job{kind: "train-4", priority: 50, preemptible: true, pods: []model.GPUDemand{model.GPUDemand{Count: 4}}, lifetime: hours(2, 8)}
 	case r < 42:
 		// A Ray training cluster: a CPU head, 2-4 workers of 2 GPUs, one of them elastic.
 		pods := []model.GPUDemand{{}}
 		workers := 2 + e.rng.IntN(3)
 		for w := 0; w < workers; w++ {
-			pods = append(pods, wholeGPUs(2))
+			pods = append(pods, model.GPUDemand{Count: 2})
 		}
 		return job{kind: "ray-train", priority: 50, preemptible: true, pods: pods, elastic: 1, lifetime: hours(2, 10)}
 	case r < 64:
@@ -562,4 +562,20 @@ func findWholeGPUsByPodCount(req Request) (*Result, error) {
 		return nil, fmt.Errorf("%w: baseline: nothing to evict", ErrNoVictims)
 	}
 	return s.result(chosen)
+}
+
+// GiB is 2^30 bytes.
+const GiB = int64(1) << 30
+
+// h100Node is a node of the experiment: 8 H100 whose measured free memory agrees with
+// the bookkeeping, 128 cores, 2 TiB. The experiment builds its stream of gangs from
+// model values (it drives Find and a baseline side by side, and needs the package's
+// internals); scenarios written as data use pkg/scheduler/scenario (find_test.go).
+func h100Node(name string) *model.Node {
+	n := &model.Node{Name: name, Allocatable: model.Resources{MilliCPU: 128000, MemoryBytes: 2048 * GiB, Pods: 110}}
+	for i := 0; i < gpusPerNode; i++ {
+		n.GPUs = append(n.GPUs, model.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), Model: "NVIDIA H100",
+			MemoryBytes: h100Memory, LiveFreeBytes: h100Memory, Healthy: true})
+	}
+	return n
 }

@@ -5,40 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gantry-dev/gantry/pkg/model"
-	"github.com/gantry-dev/gantry/pkg/placement"
 	"github.com/gantry-dev/gantry/pkg/preempt"
-	"github.com/gantry-dev/gantry/pkg/scheduler"
 	sc "github.com/gantry-dev/gantry/pkg/scheduler/scenario"
 )
-
-// find runs the victim search for the pending gang of a scenario, with the shares the
-// cycle would compute.
-func find(t *testing.T, s sc.Scenario, gang string) (*preempt.Result, error) {
-	t.Helper()
-	snap, err := sc.Build(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := scheduler.New("", scheduler.Config{Preemption: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	shares, err := sched.Shares(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := snap.Gangs[model.GangID(gang)]
-	var pods []*model.Pod
-	for _, p := range snap.GangPods(g) {
-		if !p.Bound() {
-			pods = append(pods, p)
-		}
-	}
-	return preempt.Find(preempt.Request{
-		Gang: g, Pods: pods, Snapshot: snap, View: placement.NewView(snap), Placer: sched.Placer, Shares: shares,
-	})
-}
 
 // The reclaim of issue 12's third repro, as the search reports it: by quota, in words
 // that name the rule.

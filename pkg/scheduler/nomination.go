@@ -9,7 +9,8 @@ import (
 
 // A nomination keeps the room a preemption freed for the gang it was freed for:
 // nominated gangs go before every queue. It lasts while it serves: until the gang
-// binds, or for as long as pods are still terminating on its nominated nodes. A gang
+// binds, or for as long as pods are still terminating on its nominated nodes, but no
+// more than Config.VictimTimeoutSeconds past the end of their grace period. A gang
 // that can use neither the kept room nor any other (its victims are gone and it still
 // does not fit, or its queue now refuses it) loses the nomination in that cycle
 // (Plan.Withdrawn) and takes its turn in queue order, as any other gang: it may
@@ -25,7 +26,7 @@ func (c *cycle) placeNominated(w *work) (done, kept bool, why string) {
 	if refused := cmp.Or(overQuota, overLimit); refused != nil {
 		// Its victims, still terminating, still count against the queue: they hold
 		// their room in the view as well, so nothing else takes it meanwhile.
-		if leaving := terminatingOnNominatedNodes(c.snap, w.core); len(leaving) > 0 {
+		if leaving, _ := c.leavingFor(w.core); len(leaving) > 0 {
 			c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d preempted pods to terminate", len(leaving)))
 			return false, true, ""
 		}
@@ -51,6 +52,10 @@ func (c *cycle) placeNominated(w *work) (done, kept bool, why string) {
 		c.plan.Binds = append(c.plan.Binds, GangBind{Gang: w.gang.ID, Placements: placements})
 		c.allocate(w.gang, amounts)
 		return true, false, ""
+	}
+	if _, stuck := c.leavingFor(w.core); stuck > 0 {
+		return false, false, fmt.Sprintf("%d preempted pods on its nominated node are still terminating more than %d s past their grace period, and it does not fit elsewhere: %s",
+			stuck, c.s.Config.victimTimeout(), unsched.Message)
 	}
 	return false, false, "its victims are gone and it still does not fit: " + unsched.Message
 }

@@ -89,7 +89,7 @@ func (c *cycle) withinLimit(queue string, amounts fairshare.Amounts, overLimit e
 // victims are still terminating on the gang's nominated nodes (evicting again while
 // they go would evict twice for one preemptor), and false when there are none.
 func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
-	leaving := terminatingOnNominatedNodes(c.snap, w.core)
+	leaving, _ := c.leavingFor(w.core)
 	if len(leaving) == 0 {
 		return false
 	}
@@ -109,8 +109,7 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 // this way, issue 19).
 func (c *cycle) keepRoom(w *work) {
 	amounts := podsAmounts(w.core)
-	leaving := terminatingOnNominatedNodes(c.snap, w.core)
-	if len(leaving) > 0 {
+	if leaving, _ := c.leavingFor(w.core); len(leaving) > 0 {
 		c.bookOnceGone(w, leaving, amounts)
 		return
 	}
@@ -294,10 +293,13 @@ func (c *cycle) withinQuota(queue string, amounts fairshare.Amounts) bool {
 	return gpu != nil && add > 0 && gpu.Quota != model.Unlimited && gpu.Allocated+add <= gpu.Quota+1e-9
 }
 
-// terminatingOnNominatedNodes lists the pods still terminating on the nodes that
-// pods were nominated to: victims of an earlier preemption that have not gone yet.
-// Evicting again while they terminate would evict twice for one preemptor.
-func terminatingOnNominatedNodes(snap *model.Snapshot, pods []*model.Pod) []*model.Pod {
+// leavingFor lists the pods still terminating on the nodes that pods were nominated
+// to: victims of an earlier preemption that have not gone yet. Evicting again while
+// they terminate would evict twice for one preemptor. Pods still there more than
+// VictimTimeoutSeconds past the end of their grace period are stuck (a finalizer, a
+// node that does not answer) and left out: a preemptor does not wait for them
+// forever; stuck counts them.
+func (c *cycle) leavingFor(pods []*model.Pod) (leaving []*model.Pod, stuck int) {
 	nodes := map[string]bool{}
 	for _, p := range pods {
 		if p.NominatedNode != "" {
@@ -305,14 +307,34 @@ func terminatingOnNominatedNodes(snap *model.Snapshot, pods []*model.Pod) []*mod
 		}
 	}
 	if len(nodes) == 0 {
-		return nil
+		return nil, 0
 	}
-	var out []*model.Pod
-	for _, p := range snap.Pods {
-		if p.Terminating && nodes[p.Node] {
-			out = append(out, p)
+	for _, p := range c.snap.Pods {
+		if !p.Terminating || !nodes[p.Node] {
+			continue
 		}
+		if c.stuck(p) {
+			stuck++
+			continue
+		}
+		leaving = append(leaving, p)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+	sort.Slice(leaving, func(i, j int) bool { return leaving[i].ID < leaving[j].ID })
+	return leaving, stuck
+}
+
+// stuck reports whether a terminating pod is still there more than the victim
+// timeout past the end of its grace period.
+func (c *cycle) stuck(p *model.Pod) bool {
+	return p.TerminatingDeadline != 0 && c.snap.Now > p.TerminatingDeadline+c.s.Config.victimTimeout()
+}
+
+// DefaultVictimTimeoutSeconds is Config.VictimTimeoutSeconds when zero.
+const DefaultVictimTimeoutSeconds = 120
+
+func (c Config) victimTimeout() int64 {
+	if c.VictimTimeoutSeconds > 0 {
+		return c.VictimTimeoutSeconds
+	}
+	return DefaultVictimTimeoutSeconds
 }

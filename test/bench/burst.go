@@ -215,7 +215,8 @@ func burstOnce(ctx context.Context, o BurstOptions, r *BurstRun) (err error) {
 	if err := prepareBurstCluster(ctx, env, o); err != nil {
 		return err
 	}
-	if err := startBurstScheduler(env, o.GantryBinary); err != nil {
+	metricsURL, err := startBurstScheduler(env, o.GantryBinary)
+	if err != nil {
 		return err
 	}
 	rec := newBurstRecorder(1 + o.MinWorkers)
@@ -257,6 +258,9 @@ func burstOnce(ctx context.Context, o BurstOptions, r *BurstRun) (err error) {
 	time.Sleep(o.Settle)
 	traces := rec.traces()
 	r.analyze(o, traces, start, allBound, rec.partialGangs())
+	if r.Metrics, err = scrapeBurstMetrics(ctx, metricsURL); err != nil {
+		return fmt.Errorf("scrape gantry-scheduler's metrics: %w", err)
+	}
 	if err := writePodTraces(filepath.Join(dir, "pods.tsv"), traces, start); err != nil {
 		return err
 	}
@@ -282,13 +286,14 @@ func prepareBurstCluster(ctx context.Context, env *testenv.Env, o BurstOptions) 
 }
 
 // startBurstScheduler runs gantry-scheduler as the sandbox does: serving
-// gantry-scheduler and kai-scheduler (the name KubeRay stamps on its pods).
-func startBurstScheduler(env *testenv.Env, bin string) error {
+// gantry-scheduler and kai-scheduler (the name KubeRay stamps on its pods). It
+// returns the URL of its metrics.
+func startBurstScheduler(env *testenv.Env, bin string) (string, error) {
 	var ports [2]int
 	for i := range ports {
 		p, err := testenv.FreePort()
 		if err != nil {
-			return err
+			return "", err
 		}
 		ports[i] = p
 	}
@@ -302,7 +307,7 @@ func startBurstScheduler(env *testenv.Env, bin string) error {
 		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[0]),
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(ports[1]),
 	)
-	return err
+	return "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics", err
 }
 
 // waitFor polls done every 100 ms until it holds, the scheduler exits or timeout.

@@ -39,6 +39,15 @@ type BurstRun struct {
 	LatencyMax          float64 `json:"latencyMax"`
 	LatencyLessGraceP50 float64 `json:"latencyLessGraceP50"`
 	LatencyLessGraceMax float64 `json:"latencyLessGraceMax"`
+	// LatencyLessVictimMax is the largest latency less the time the victims whose
+	// GPUs the service took actually needed to go (kwok's terminating-to-deleted, the
+	// grace period and kwok's own delay under load): the scheduler's part alone,
+	// deciding, evicting and binding once the room is free.
+	LatencyLessVictimMax float64 `json:"latencyLessVictimMax"`
+	// Metrics are the scheduler's preemption counters at the end of the run, summed
+	// over kinds (gantry_scheduler_preempted_*): they count what the run's pod
+	// traces count, whole GPUs and shares alike (issue 19).
+	Metrics BurstMetrics `json:"metrics"`
 	// GangsEvicted counts training clusters that lost pods; Rebound those bound again,
 	// at their minimum, before the last service was bound; Wasted those whose GPUs no
 	// service's worker took; LateEvictions the pods evicted after every service was
@@ -93,10 +102,11 @@ func (r *BurstRun) analyze(o BurstOptions, traces []podTrace, start, allBound ti
 	gpusNeeded := (r.Burst + perGPU - 1) / perGPU
 	r.Floor = float64((gpusNeeded+unit-1)/unit*unit) * gpuGiB / r.NeededGiB
 
-	var latencies, lessGrace []float64
+	var latencies, lessGrace, lessVictim []float64
 	used := map[gpuSlot]bool{}
 	usedNode := map[string]bool{}
 	lastBind := start
+	victimWait := victimWaits(traces, start)
 	for _, t := range traces {
 		if t.service == "" || !t.worker || t.seen.Before(start) || t.bound.IsZero() {
 			continue
@@ -105,6 +115,11 @@ func (r *BurstRun) analyze(o BurstOptions, traces []podTrace, start, allBound ti
 		l := t.bound.Sub(t.seen).Seconds()
 		latencies = append(latencies, l)
 		lessGrace = append(lessGrace, l)
+		wait := 0.0
+		for _, s := range gpuSlots(t) {
+			wait = math.Max(wait, victimWait[s])
+		}
+		lessVictim = append(lessVictim, math.Max(0, l-wait))
 		if t.bound.After(lastBind) {
 			lastBind = t.bound
 		}
@@ -157,7 +172,23 @@ func (r *BurstRun) analyze(o BurstOptions, traces []podTrace, start, allBound ti
 	r.Ratio = r.FreedGiB / r.NeededGiB
 	r.LatencyP50, r.LatencyMax = median(latencies), maxOf(latencies)
 	r.LatencyLessGraceP50, r.LatencyLessGraceMax = median(lessGrace), maxOf(lessGrace)
+	r.LatencyLessVictimMax = maxOf(lessVictim)
 	r.Partial = partial
+}
+
+// victimWaits maps each GPU that a training worker evicted in the burst held to how
+// long that worker took to go, terminating to deleted, in seconds.
+func victimWaits(traces []podTrace, start time.Time) map[gpuSlot]float64 {
+	out := map[gpuSlot]float64{}
+	for _, t := range traces {
+		if t.cluster == "" || !t.worker || t.terminating.IsZero() || t.terminating.Before(start) || t.deleted.IsZero() {
+			continue
+		}
+		for _, s := range gpuSlots(t) {
+			out[s] = math.Max(out[s], t.deleted.Sub(t.terminating).Seconds())
+		}
+	}
+	return out
 }
 
 func maxOf(v []float64) float64 {
@@ -205,6 +236,14 @@ func summarizeBurst(mode string, n int, runs []BurstRun) BurstSummary {
 	s.LatencyMax = pick(func(r BurstRun) float64 { return r.LatencyMax })
 	s.LatencyLessGraceP50 = pick(func(r BurstRun) float64 { return r.LatencyLessGraceP50 })
 	s.LatencyLessGraceMax = pick(func(r BurstRun) float64 { return r.LatencyLessGraceMax })
+	s.LatencyLessVictimMax = pick(func(r BurstRun) float64 { return r.LatencyLessVictimMax })
+	s.Metrics = BurstMetrics{
+		Preemptions:   pick(func(r BurstRun) float64 { return r.Metrics.Preemptions }),
+		Victims:       pick(func(r BurstRun) float64 { return r.Metrics.Victims }),
+		WholeGPUs:     pick(func(r BurstRun) float64 { return r.Metrics.WholeGPUs }),
+		SharedVictims: pick(func(r BurstRun) float64 { return r.Metrics.SharedVictims }),
+		FreedGiB:      pick(func(r BurstRun) float64 { return r.Metrics.FreedGiB }),
+	}
 	s.Bound = int(pick(func(r BurstRun) float64 { return float64(r.Bound) }))
 	s.GangsEvicted = int(pick(func(r BurstRun) float64 { return float64(r.GangsEvicted) }))
 	s.Rebound = int(pick(func(r BurstRun) float64 { return float64(r.Rebound) }))
@@ -229,11 +268,12 @@ type BurstReport struct {
 // WriteBurstTable prints every run, then the medians.
 func WriteBurstTable(w io.Writer, rep *BurstReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tburst\trun\tbound\tfreed/needed\tfloor\tp50 s\tmax s\tp50-grace\tmax-grace\tevicted\tre-bound\twasted\tlate\tpartial\tstatus\t")
+	fmt.Fprintln(tw, "mode\tburst\trun\tbound\tfreed/needed\tfloor\tp50 s\tmax s\tp50-grace\tmax-grace\tmax-victim\tevicted\tre-bound\twasted\tlate\tpartial\tm:whole\tm:shared\tm:GiB\tstatus\t")
 	row := func(r BurstRun, run string) {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Mode, r.Burst, run, r.Bound,
-			r.Ratio, r.Floor, r.LatencyP50, r.LatencyMax, r.LatencyLessGraceP50, r.LatencyLessGraceMax,
-			r.GangsEvicted, r.Rebound, r.Wasted, r.LateEvictions, r.Partial, r.Status)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f\t%s\t\n", r.Mode, r.Burst, run, r.Bound,
+			r.Ratio, r.Floor, r.LatencyP50, r.LatencyMax, r.LatencyLessGraceP50, r.LatencyLessGraceMax, r.LatencyLessVictimMax,
+			r.GangsEvicted, r.Rebound, r.Wasted, r.LateEvictions, r.Partial,
+			r.Metrics.WholeGPUs, r.Metrics.SharedVictims, r.Metrics.FreedGiB, r.Status)
 	}
 	for _, r := range rep.Runs {
 		row(r, strconv.Itoa(r.Run))

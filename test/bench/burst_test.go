@@ -49,7 +49,7 @@ func TestBurstAnalysis(t *testing.T) {
 		traces = append(traces, podTrace{name: c + "-head", cluster: c, node: node, seen: at(-60), bound: at(-59), terminating: at(1)})
 		for w := 0; w < 4; w++ {
 			traces = append(traces, podTrace{name: c + "-w", cluster: c, worker: true, node: node, gpus: string(rune('0' + w)),
-				seen: at(-60), bound: at(-59), terminating: at(1)})
+				seen: at(-60), bound: at(-59), terminating: at(1), deleted: at(6.5)})
 		}
 	}
 	traces = append(traces, podTrace{name: "llm-00-w", service: "llm-00", worker: true, node: "n1", gpus: "2", seen: at(0.5), bound: at(7)})
@@ -64,6 +64,10 @@ func TestBurstAnalysis(t *testing.T) {
 	}
 	if r.LatencyMax != 6.5 || r.LatencyLessGraceMax != 1.5 {
 		t.Errorf("latency %.2f s (%.2f s less grace), want 6.5 (1.5)", r.LatencyMax, r.LatencyLessGraceMax)
+	}
+	// Its victim on n1 GPU 2 took 5.5 s to go (terminating at 1, deleted at 6.5).
+	if r.LatencyLessVictimMax != 1 {
+		t.Errorf("latency less the victim's own wait %.2f s, want 1", r.LatencyLessVictimMax)
 	}
 	r = BurstRun{Mode: "share", Burst: 8}
 	r.analyze(o, nil, start, start, 0)
@@ -87,5 +91,26 @@ func TestWithGracefulDeleteOnTheStockStages(t *testing.T) {
 	}
 	if !strings.Contains(got, "durationMilliseconds: 5000") {
 		t.Errorf("no delay in:\n%s", got)
+	}
+}
+
+func TestParseBurstMetrics(t *testing.T) {
+	text := `# HELP gantry_scheduler_preempted_whole_gpus_total Whole GPUs held by evicted pods, by kind.
+# TYPE gantry_scheduler_preempted_whole_gpus_total counter
+gantry_scheduler_preempted_whole_gpus_total{kind="preempt"} 8
+gantry_scheduler_preempted_whole_gpus_total{kind="reclaim"} 4
+gantry_scheduler_preempted_shared_victims_total{kind="preempt"} 0
+gantry_scheduler_preempted_gpu_memory_bytes_total{kind="preempt"} 6.8719476736e+11
+gantry_scheduler_preemptions_total{kind="preempt"} 2
+gantry_scheduler_preemption_victims_total{kind="preempt"} 10
+gantry_scheduler_cycles_total 40
+`
+	m, err := parseBurstMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := BurstMetrics{Preemptions: 2, Victims: 10, WholeGPUs: 12, SharedVictims: 0, FreedGiB: 640}
+	if m != want {
+		t.Errorf("parsed %+v, want %+v", m, want)
 	}
 }

@@ -38,6 +38,9 @@ type cycleState struct {
 	victims map[model.PodID]model.GangID
 	// backoff holds back gangs whose binds failed until then.
 	backoff map[model.GangID]time.Time
+	// nominations counts the nominations made, to number them
+	// (model.Pod.NominationOrder).
+	nominations int64
 }
 
 func newCycleState() cycleState {
@@ -74,6 +77,7 @@ func (c *Cache) Prepare(ctx context.Context, now time.Time, schedule Schedule) P
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.snap.Now = now.Unix()
+	c.expireLive(now)
 	skip := func(g model.GangID) bool {
 		if until, ok := c.cycle.backoff[g]; ok && now.Before(until) {
 			return true
@@ -283,7 +287,11 @@ func (c *Cache) nominate(id model.PodID, node string) {
 	c.cycle.nominated[id] = node
 	if p.NominatedNode != node {
 		q := *p
-		q.NominatedNode = node
+		q.NominatedNode, q.NominationOrder = node, 0
+		if node != "" {
+			c.cycle.nominations++
+			q.NominationOrder = c.cycle.nominations
+		}
 		c.snap.Pods[id] = &q
 	}
 }

@@ -35,6 +35,9 @@ func (c *Cache) podFromAPI(pod *corev1.Pod, id model.PodID, ours bool, reqs core
 		Labels:           pod.Labels,
 		Constraints:      c.constraintsOf(pod),
 	}
+	if pod.DeletionTimestamp != nil {
+		p.TerminatingDeadline = pod.DeletionTimestamp.Unix()
+	}
 	if pod.Spec.Priority != nil {
 		p.Priority = *pod.Spec.Priority
 	}

@@ -63,6 +63,9 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		delete(c.assumed, id)
 	}
 	c.keepNomination(p, pod)
+	if old != nil {
+		keepNominationOrder(old, p)
+	}
 	if demandErr != nil {
 		c.podErrors[id] = demandErr.Error()
 	} else {
@@ -79,6 +82,7 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		}
 		c.regroup(c.gangOf[id])
 	}
+	c.refreshOrphansOf(pod)
 	if !echo {
 		c.poke()
 	}
@@ -120,6 +124,7 @@ func (c *Cache) removePod(id model.PodID) {
 		for _, key := range claimKeys(gone) {
 			unindex(key)
 		}
+		c.refreshOrphansOf(gone)
 	} else {
 		for key := range c.claimUsers {
 			unindex(key)
@@ -198,6 +203,7 @@ func (c *Cache) finished(pod *corev1.Pod, id model.PodID) {
 	delete(c.assumed, id)
 	c.apiPods[id] = pod
 	c.passClaims(pod)
+	c.refreshOrphansOf(pod)
 	c.setGang(id, gang.Identify(pod, c.lookup).Gang)
 	c.regroup(c.gangOf[id])
 	c.freed()
@@ -240,5 +246,13 @@ func (c *Cache) keepNomination(p *model.Pod, pod *corev1.Pod) {
 		delete(c.cycle.nominated, p.ID) // bound, or the informer shows it now
 	default:
 		p.NominatedNode = node // the informer lags our own nomination
+	}
+}
+
+// keepNominationOrder carries over the order of this scheduler's nomination of the
+// pod, which the API does not hold, while the nomination stays the same. Caller holds mu.
+func keepNominationOrder(old, p *model.Pod) {
+	if p.NominatedNode != "" && p.NominatedNode == old.NominatedNode {
+		p.NominationOrder = old.NominationOrder
 	}
 }

@@ -165,14 +165,21 @@ func Apply(snap *model.Snapshot, plan *scheduler.Plan) {
 	for _, wd := range plan.Withdrawn {
 		for _, id := range wd.Pods {
 			if p := snap.Pods[id]; p != nil {
-				p.NominatedNode = ""
+				p.NominatedNode, p.NominationOrder = "", 0
 			}
 		}
 	}
+	// Nominations are numbered as the cache numbers them: one after another, a pod
+	// nominated again to the same node keeping its number.
+	var last int64
+	for _, p := range snap.Pods {
+		last = max(last, p.NominationOrder)
+	}
 	for _, nom := range plan.Nominations {
 		for _, pl := range nom.Placements {
-			if p := snap.Pods[pl.Pod]; p != nil {
-				p.NominatedNode = pl.Node
+			if p := snap.Pods[pl.Pod]; p != nil && p.NominatedNode != pl.Node {
+				last++
+				p.NominatedNode, p.NominationOrder = pl.Node, last
 			}
 		}
 	}

@@ -82,6 +82,9 @@ type Node struct {
 	Taints            []corev1.Taint
 	// CSILimits are the node's CSI attach limits per driver.
 	CSILimits map[string]int
+	// LiveFree overrides, per GPU index, the free memory the node agent measured
+	// (unknown otherwise).
+	LiveFree map[int]int64
 }
 
 // Queue is a queue with its GPU bounds; CPU and memory are unbounded (quota and limit
@@ -118,8 +121,10 @@ type Gang struct {
 	// (Pods when zero). Members past Min are elastic.
 	Pods, Min int
 	// GPUs is whole GPUs per pod; CPU (millicores, default 1000) and Memory (default
-	// 1 GiB) per pod.
-	GPUs int
+	// 1 GiB) per pod. PodGPUs, by index, replaces GPUs for single pods (0 for a Ray
+	// head beside its GPU workers).
+	GPUs    int
+	PodGPUs map[int]int
 	// Share, when set, makes each pod ask for that much memory of one shared GPU
 	// instead of GPUs whole ones; StartFree is its engine's gpu_memory_utilization
 	// (model.GPUDemand.StartFreeFraction), for shares or whole GPUs.
@@ -138,10 +143,24 @@ type Gang struct {
 	// Bound is how many members are bound when running (all when zero).
 	Bound int
 	// NominatedTo is the node an earlier cycle nominated the gang's pending pods to
-	// (a preemption made room for them there).
-	NominatedTo string
+	// (a preemption made room for them there); NominationOrder numbers that
+	// nomination among others (model.Pod.NominationOrder; unknown when zero).
+	NominatedTo     string
+	NominationOrder int64
+	// CreatedAt, when not zero, is when the gang was created; by default gangs are
+	// created one second apart in the order of Scenario.Gangs.
+	CreatedAt int64
 	// StartedAgo is how long ago a running gang started, in seconds (default 3600).
 	StartedAgo int64
+	// NodeGone says that the node On names was deleted while the gang's pods are
+	// still known: they are bound there and booked nowhere.
+	NodeGone bool
+	// Foreign marks the gang's pods as another scheduler's: counted, never moved.
+	Foreign bool
+	// DeviceChoices and PreemptionDeviceChoices are every pod's
+	// model.Pod.DeviceChoices and PreemptionDeviceChoices (devices an allocator
+	// outside the core chose, node by node).
+	DeviceChoices, PreemptionDeviceChoices map[string][]model.GPUBinding
 	// Pod is what every pod of the gang states beyond resources, in the API's terms
 	// (see Spec).
 	Spec
@@ -210,9 +229,13 @@ func newNode(n Node) *model.Node {
 		gpuModel = "NVIDIA-H100"
 	}
 	for i := 0; i < n.GPUs; i++ {
+		live := model.UnknownBytes
+		if free, ok := n.LiveFree[i]; ok {
+			live = free
+		}
 		out.GPUs = append(out.GPUs, model.GPU{
 			Index: i, UUID: fmt.Sprintf("GPU-%s-%d", n.Name, i), Model: gpuModel,
-			MemoryBytes: or(n.GPUMemory, 80*GiB), LiveFreeBytes: model.UnknownBytes, Healthy: true,
+			MemoryBytes: or(n.GPUMemory, 80*GiB), LiveFreeBytes: live, Healthy: true,
 		})
 	}
 	return out
@@ -252,6 +275,9 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 	if minMember == 0 {
 		minMember = size
 	}
+	if g.CreatedAt != 0 {
+		createdAt = g.CreatedAt
+	}
 	id := model.GangID(g.Name)
 	if snap.Gangs[id] != nil {
 		return fmt.Errorf("scenario: gang %s is declared twice", g.Name)
@@ -280,6 +306,14 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 		if g.Share > 0 {
 			p.GPU.Count, p.GPU.MemoryBytes = 1, g.Share
 		}
+		if n, ok := g.PodGPUs[i]; ok {
+			p.GPU.Count = n
+			if n == 0 {
+				p.GPU = model.GPUDemand{}
+			}
+		}
+		p.Foreign = g.Foreign
+		p.DeviceChoices, p.PreemptionDeviceChoices = g.DeviceChoices, g.PreemptionDeviceChoices
 		if g.BestEffort {
 			p.Requests = model.Resources{Pods: 1}
 		}
@@ -297,12 +331,17 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 			if len(g.OnNodes) > 0 {
 				nodeName = g.OnNodes[min(i, len(g.OnNodes)-1)]
 			}
-			if err := bindPod(snap, p, nodeName, Now-or(g.StartedAgo, 3600)); err != nil {
+			if g.NodeGone {
+				p.Node, p.StartedAt = nodeName, Now-or(g.StartedAgo, 3600)
+				for k := 0; k < p.GPU.Count; k++ {
+					p.GPUs = append(p.GPUs, model.GPUBinding{Index: k, Whole: !p.GPU.Shared(), MemoryBytes: p.GPU.MemoryBytes})
+				}
+			} else if err := bindPod(snap, p, nodeName, Now-or(g.StartedAgo, 3600)); err != nil {
 				return fmt.Errorf("scenario: gang %s: %w", g.Name, err)
 			}
 		}
-		if i >= bound {
-			p.NominatedNode = g.NominatedTo
+		if i >= bound && g.NominatedTo != "" {
+			p.NominatedNode, p.NominationOrder = g.NominatedTo, g.NominationOrder
 		}
 		snap.Pods[p.ID] = p
 		mg.Members = append(mg.Members, p.ID)

@@ -27,8 +27,11 @@ type Spec struct {
 	Volumes        []corev1.Volume
 	// Storage holds the claims, volumes and classes the Volumes refer to.
 	Storage *Storage
-	// Terminating marks running pods as being deleted.
-	Terminating bool
+	// Terminating marks running pods as being deleted; GraceEndedAgo, when not zero,
+	// says how many seconds ago their grace period ended (model.Pod.TerminatingDeadline;
+	// unknown when zero).
+	Terminating   bool
+	GraceEndedAgo int64
 }
 
 // Storage is the cluster's storage objects, as a podspec.Lookup.
@@ -84,6 +87,9 @@ func (s Spec) apply(snap *model.Snapshot, p *model.Pod, name string, i int) erro
 	p.Labels = s.Labels
 	p.Tolerations = s.Tolerations
 	p.Terminating = s.Terminating
+	if s.Terminating && s.GraceEndedAgo != 0 {
+		p.TerminatingDeadline = Now - s.GraceEndedAgo
+	}
 	if s.Affinity != nil && s.Affinity.NodeAffinity != nil {
 		p.RequiredAffinity = s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 	}
