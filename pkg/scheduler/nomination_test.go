@@ -51,7 +51,8 @@ func TestNominationScenarios(t *testing.T) {
 				{Name: "ray", Queue: "ray-team", Pods: 2, Min: 1, Bound: 1, GPUs: 1, On: "n", NominatedTo: "n"},
 				{Name: "serve", Queue: "serving", NonPreemptible: true, GPUs: 1, On: "n"},
 			},
-			Expect: sc.Expect{Withdrawn: []string{"ray"}},
+			// Withdrawn, the member waits like any other, with a reason.
+			Expect: sc.Expect{Withdrawn: []string{"ray"}, Pending: map[string]scheduler.PendingKind{"ray": scheduler.PendingNoFit}},
 		},
 		{
 			// train lingers a cycle: interactive's queue is still at its limit while it

@@ -387,17 +387,23 @@ func (c *cycle) allocate(g *model.Gang, amounts fairshare.Amounts) {
 // guarantee too.
 func (c *cycle) placeElastic(w *work) { c.placeElasticMembers(w, true) }
 
-// placeElasticMembers is placeElastic; without mayReclaim a member that does not fit
-// stops the gang's turn without a victim search. It reports whether any member was
+// placeElasticMembers is placeElastic; without mayReclaim (a nominated gang's turn,
+// which placeElastic follows when it fails) a member that does not fit stops the
+// gang's turn without a victim search and without a pending entry. It reports whether any member was
 // placed, and whether one waits for victims still terminating (waiting) or for pods
 // evicted in this cycle (nominated again).
 func (c *cycle) placeElasticMembers(w *work, mayReclaim bool) (placedAny, waiting bool) {
 	s, view, shares, plan := c.s, c.view, c.shares, c.plan
 	var placed []placement.Placement
-	for _, p := range w.extra {
+	for i, p := range w.extra {
 		amounts := podAmounts(p)
-		if shares != nil && w.gang.Queue != "" && shares.WouldExceedLimit(w.gang.Queue, amounts) != nil {
-			break
+		if shares != nil && w.gang.Queue != "" {
+			if err := shares.WouldExceedLimit(w.gang.Queue, amounts); err != nil {
+				if mayReclaim {
+					plan.pendExtra(w, w.extra[i:], PendingQueueLimit, err.Error())
+				}
+				break
+			}
 		}
 		pl, unsched := s.Placer.PlacePod(view, p)
 		if unsched != nil {
@@ -405,8 +411,12 @@ func (c *cycle) placeElasticMembers(w *work, mayReclaim bool) (placedAny, waitin
 				waiting = true
 				break // its victims are still going
 			}
-			if mayReclaim && c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.anyVictim {
-				c.preempt(w, []*model.Pod{p}, amounts, PendingNoFit, unsched.Message, nil)
+			if mayReclaim && c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.anyVictim &&
+				c.preempt(w, []*model.Pod{p}, amounts, PendingNoFit, unsched.Message, nil) {
+				break // nominated: it waits for its victims
+			}
+			if mayReclaim {
+				plan.pendExtra(w, w.extra[i:], PendingNoFit, unsched.Message)
 			}
 			break
 		}
@@ -437,6 +447,17 @@ func (s *Scheduler) nextQueue(shares *fairshare.Shares, names []string) string {
 		}
 	}
 	return names[0]
+}
+
+// pendExtra reports w's members above its minimum that this cycle could not place
+// (pods), so that each waits with a reason like any pending pod. The gang's bound
+// members are not listed: a running gang does not read as pending.
+func (p *Plan) pendExtra(w *work, pods []*model.Pod, kind PendingKind, reason string) {
+	ids := make([]model.PodID, 0, len(pods))
+	for _, pod := range pods {
+		ids = append(ids, pod.ID)
+	}
+	p.Pending = append(p.Pending, Pending{Gang: w.gang.ID, Pods: ids, Kind: kind, Reason: reason})
 }
 
 func (p *Plan) pend(w *work, kind PendingKind, reason string) {

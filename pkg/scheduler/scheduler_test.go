@@ -34,10 +34,11 @@ func TestCycleScenarios(t *testing.T) {
 			Expect: sc.Expect{Pending: pending("train", noFit)},
 		},
 		{
-			Name:   "elastic members take only what is left after gangs",
-			Nodes:  []sc.Node{h100("a", 4)},
-			Gangs:  []sc.Gang{{Name: "ray", Pods: 5, Min: 2, GPUs: 1}},
-			Expect: sc.Expect{Binds: []string{"ray", "ray+2"}},
+			Name:  "elastic members take only what is left after gangs",
+			Nodes: []sc.Node{h100("a", 4)},
+			Gangs: []sc.Gang{{Name: "ray", Pods: 5, Min: 2, GPUs: 1}},
+			// The fifth member waits with a reason, as every pending pod does.
+			Expect: sc.Expect{Binds: []string{"ray", "ray+2"}, Pending: pending("ray", string(scheduler.PendingNoFit))},
 		},
 		{
 			Name:   "a queue at its limit waits with the limit as reason",

@@ -71,6 +71,8 @@ func TestVolcanoPreempt(t *testing.T) {
 				{Name: "pg1", Queue: "q1", Pods: 2, Min: 1, On: "n1", Memory: g},
 				{Name: "pg2", Queue: "q1", Pods: 2, Min: 1, Bound: 1, On: "n1", Memory: g},
 			},
+			// No eviction, as in Volcano; pg2's unplaced member is reported pending.
+			Expect: sc.Expect{Pending: pending("pg2", noFit)},
 		},
 		{
 			Name: "preempt one task of different job to fit both jobs on one node", Source: vcPreempt + "preempt one task of different job to fit both jobs on one node",
@@ -271,7 +273,8 @@ func TestVolcanoAllocate(t *testing.T) {
 				{Name: "pg1", Queue: "c1", Pods: 2, Min: 1, Memory: g},
 				{Name: "pg2", Queue: "c2", Pods: 2, Min: 1, Memory: g},
 			},
-			Expect: sc.Expect{Binds: []string{"pg1", "pg2"}},
+			// Each job's second task stays pending, as in Volcano; Gantry also says why.
+			Expect: sc.Expect{Binds: []string{"pg1", "pg2"}, Pending: pending("pg1", noFit, "pg2", noFit)},
 		},
 		{
 			Name: "high priority queue should not block others", Source: vcAllocate + "high priority queue should not block others",
