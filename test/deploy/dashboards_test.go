@@ -50,6 +50,7 @@ var exportedMetrics = map[string]metricInfo{
 	"gantry_scheduler_pods_scheduled_total":             {counter, nil},
 	"gantry_scheduler_gangs_scheduled_total":            {counter, nil},
 	"gantry_scheduler_bind_failures_total":              {counter, nil},
+	"gantry_scheduler_events_dropped_total":             {counter, nil},
 	"gantry_scheduler_unschedulable_gangs_total":        {counter, []string{"reason"}},
 	"gantry_scheduler_preemption_victims_total":         {counter, []string{"kind"}},
 	"gantry_scheduler_preempted_gpu_memory_bytes_total": {counter, []string{"kind"}},
