@@ -7,8 +7,10 @@
 //     and released;
 //  4. the ResourceSlice built from the real inventory, accepted by a real
 //     API server (when kube-apiserver and etcd are in $GANTRY_BIN_DIR);
-//  5. the CDI spec a claim on GPU 0 would get, from NVIDIA's CDI library,
-//     validated, with its device nodes present on this machine.
+//  5. the CDI spec a claim on GPU 0 would get: prepared by the agent's DRA
+//     driver, loaded and injected into an OCI spec by the CDI library, with
+//     GPU 0's device node among the container's and every device node present
+//     on this machine.
 //
 // With --fake-gpus it runs checks 2, 4 and 5 on a fake fleet and a fake
 // driver root, so that the program itself is tested where there is no GPU.
@@ -25,19 +27,23 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	ocispec "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
-	cdispec "tags.cncf.io/container-device-interface/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gantry-dev/gantry/gpu"
 	"github.com/gantry-dev/gantry/gpu/fake"
@@ -321,54 +327,99 @@ func checkSlice(c *checker, inv *gpu.Inventory) {
 	fmt.Printf("    first device: %s\n", b)
 }
 
+// checkCDI prepares a claim on GPU 0 (its first MIG device in MIG mode)
+// through the agent's own DRA driver, as the kubelet would ask it, and
+// injects the CDI devices of the result into an OCI spec with the CDI
+// library: what the container runtime would do with the claim.
 func checkCDI(c *checker, lib nvml.Interface, inv *gpu.Inventory, opts agent.CDIOptions, fakeRoot bool) {
-	editor, err := agent.NewNVCDIEditor(lib, opts)
+	dir, err := os.MkdirTemp("", "gpu-smoke-agent-")
 	if err != nil {
-		c.fail("NVIDIA CDI library: %v", err)
+		c.fail("%v", err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	cdiRoot := filepath.Join(dir, "cdi")
+	a, err := agent.New(agent.Config{
+		NodeName: "smoke-node", KubeClient: kubefake.NewClientset(), NVML: lib, CDI: opts,
+		PluginDataDir: filepath.Join(dir, "plugin"), RegistrarDir: filepath.Join(dir, "registry"), CDIRoot: cdiRoot,
+	})
+	if err != nil {
+		c.fail("start the agent: %v", err)
+		return
+	}
+	if st := a.Snapshot().Staleness(); st.Stale {
+		c.fail("the agent has no live reading: %s: %s", st.Reason, st.Message)
 		return
 	}
 	d := inv.Devices[0]
-	uuid := d.UUID
+	device := agent.DeviceName(d.Index)
 	if d.MIG.Enabled && len(d.MIG.Devices) > 0 {
-		uuid = d.MIG.Devices[0].UUID
+		device = agent.MIGDeviceName(d.Index, d.MIG.Devices[0])
 	}
-	common, err := editor.CommonEdits()
-	if err != nil {
-		c.fail("common edits: %v", err)
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "smoke", Name: "gpu-0", UID: types.UID("smoke-claim-0")},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: names.DriverName, Pool: "smoke-node", Device: device}},
+		}}},
+	}
+	results, err := a.Driver().PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+	if err != nil || results[claim.UID].Err != nil {
+		c.fail("prepare a claim on %s: %v %v", device, err, results[claim.UID].Err)
 		return
 	}
-	dev, err := editor.DeviceEdits(uuid)
+	var ids []string
+	for _, dev := range results[claim.UID].Devices {
+		ids = append(ids, dev.CDIDeviceIDs...)
+	}
+	c.ok("claim on %s prepared: CDI devices %v", device, ids)
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(cdiRoot), cdi.WithAutoRefresh(false))
 	if err != nil {
-		c.fail("device edits for %s: %v", uuid, err)
+		c.fail("CDI library: %v", err)
 		return
 	}
-	spec := &cdispec.Spec{Version: "0.6.0", Kind: names.DriverName + "/gpu", Devices: []cdispec.Device{
-		{Name: "common", ContainerEdits: *common}, {Name: "smoke-claim-gpu-0", ContainerEdits: *dev}}}
-	if v, err := cdispec.MinimumRequiredVersion(spec); err == nil {
-		spec.Version = v
+	for path, errs := range cache.GetErrors() {
+		c.fail("CDI library rejects %s: %v", path, errs)
 	}
-	if err := agent.ValidateCDISpec(spec); err != nil {
-		c.fail("CDI library rejects the spec: %v", err)
-	} else {
-		c.ok("spec validates (CDI %s)", spec.Version)
+	oci := &ocispec.Spec{Process: &ocispec.Process{}, Linux: &ocispec.Linux{}}
+	if unresolved, err := cache.InjectDevices(oci, ids...); err != nil {
+		c.fail("inject %v: %v (unresolved %v)", ids, err, unresolved)
+		return
 	}
-	for _, n := range append(append([]*cdispec.DeviceNode{}, common.DeviceNodes...), dev.DeviceNodes...) {
-		path := n.HostPath
-		if path == "" {
-			path = n.Path
-		}
+	c.ok("the CDI library injects them: %d device nodes, %d mounts, %d hooks, %d env",
+		len(oci.Linux.Devices), len(oci.Mounts), countHooks(oci), len(oci.Process.Env))
+	own := fmt.Sprintf("/dev/nvidia%d", d.Minor)
+	var hasOwn bool
+	for _, n := range oci.Linux.Devices {
+		hasOwn = hasOwn || n.Path == own
 		if fakeRoot {
 			continue // fake nodes live under the fake root
 		}
-		if st, err := os.Stat(path); err != nil || st.Mode()&os.ModeCharDevice == 0 {
-			c.fail("device node %s is not a character device here: %v", path, err)
-		} else {
-			c.ok("device node %s", path)
+		if st, err := os.Stat(n.Path); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+			c.fail("device node %s is not a character device here: %v", n.Path, err)
 		}
 	}
-	if len(dev.DeviceNodes) == 0 {
-		c.fail("the claim's device has no device nodes")
+	if !hasOwn {
+		c.fail("the container does not get %s, GPU 0's device node", own)
 	}
-	b, _ := json.MarshalIndent(spec, "    ", "  ")
-	fmt.Printf("    spec:\n    %s\n", b)
+	for _, f := range []string{cdiSpecFile(cdiRoot, "common"), cdiSpecFile(cdiRoot, string(claim.UID))} {
+		if b, err := os.ReadFile(f); err == nil {
+			fmt.Printf("    %s:\n    %s\n", filepath.Base(f), strings.ReplaceAll(string(b), "\n", "\n    "))
+		}
+	}
+}
+
+func countHooks(s *ocispec.Spec) int {
+	if s.Hooks == nil {
+		return 0
+	}
+	return len(s.Hooks.CreateContainer) + len(s.Hooks.Prestart) + len(s.Hooks.StartContainer) + len(s.Hooks.Poststart)
+}
+
+// cdiSpecFile finds the spec file in dir whose name holds part.
+func cdiSpecFile(dir, part string) string {
+	matches, _ := filepath.Glob(filepath.Join(dir, "*"+part+"*"))
+	if len(matches) == 0 {
+		return ""
+	}
+	return matches[0]
 }
