@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/bootstrap"
+	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/kube/dispatch"
 	"github.com/gantry-dev/gantry/pkg/kube/informers"
@@ -117,16 +118,11 @@ func Run(ctx context.Context, o Options) error {
 	if err := inf.Start(ctx); err != nil {
 		return err
 	}
-	// Scheduled Events go through kube-scheduler's pipeline (events.k8s.io, its own
-	// rate-limited client).
-	eb, err := dispatch.NewEventBroadcaster(ctx, o.RestConfig)
+	scheduled, stopEvents, err := startScheduledEvents(ctx, o, lookup, m)
 	if err != nil {
 		return err
 	}
-	eb.StartRecordingToSink(ctx.Done())
-	defer eb.Shutdown()
-	scheduled := dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup, m.EventDropped)
-	go scheduled.Run(ctx)
+	defer stopEvents()
 	var cycled func(time.Time)
 	if o.Liveness != nil {
 		o.Liveness.started(time.Now(), inf.WaitingPods)
@@ -145,4 +141,18 @@ func Run(ctx context.Context, o Options) error {
 	}
 	runner.Run(ctx)
 	return nil
+}
+
+// startScheduledEvents starts the writer of Scheduled Events: kube-scheduler's
+// pipeline (an events.k8s.io broadcaster over a rate-limited client of its own)
+// behind a bounded queue (dispatch.Events). stop shuts the broadcaster down.
+func startScheduledEvents(ctx context.Context, o Options, lookup gang.Lookup, m *metrics.Metrics) (*dispatch.Events, func(), error) {
+	eb, err := dispatch.NewEventBroadcaster(ctx, o.RestConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	eb.StartRecordingToSink(ctx.Done())
+	e := dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup, m.EventDropped)
+	go e.Run(ctx)
+	return e, eb.Shutdown, nil
 }
