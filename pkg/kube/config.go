@@ -61,7 +61,9 @@ func (c Config) DefaultQueueName() string {
 }
 
 // CreatesDefaultQueue is CreateDefaultQueue with its default.
-func (c Config) CreatesDefaultQueue() bool { return c.CreateDefaultQueue == nil || *c.CreateDefaultQueue }
+func (c Config) CreatesDefaultQueue() bool {
+	return c.CreateDefaultQueue == nil || *c.CreateDefaultQueue
+}
 
 // Duration is a time.Duration written as "30s" or "5m".
 type Duration struct{ time.Duration }
