@@ -30,7 +30,9 @@ fi
 echo "ok: gantry-scheduler starts from $REGISTRY/gantry-scheduler:$VERSION"
 
 rc=0
-out=$(run "$REGISTRY/gantry-node-agent:$VERSION" --node-name smoke 2>&1) || rc=$?
+# --smoke reads the GPUs once and exits; without --smoke the agent would first look for
+# its cluster (and, by design, start without NVML and wait for it).
+out=$(run "$REGISTRY/gantry-node-agent:$VERSION" --smoke --node-name smoke 2>&1) || rc=$?
 if [ "$rc" -eq 0 ] || ! grep -qi "nvml\|libnvidia-ml" <<<"$out"; then
   echo "gantry-node-agent without a driver: exit $rc, want a failure naming NVML:"; echo "$out"; exit 1
 fi

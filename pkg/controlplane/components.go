@@ -58,26 +58,26 @@ func (e *Env) startEtcd(ctx context.Context, bin string, logs bool) (string, err
 	return clientURL, err
 }
 
-func (e *Env) startAPIServer(ctx context.Context, bin, etcdURL string, pki *pki, logs bool) error {
+func (e *Env) startAPIServer(ctx context.Context, bin, etcdURL string, pki *pki, logs, aggregatorRouting bool) error {
 	port, err := FreePort()
 	if err != nil {
 		return err
 	}
 	e.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	p, err := e.run("kube-apiserver", logs, filepath.Join(bin, "kube-apiserver"),
-		"--etcd-servers="+etcdURL,
+	args := []string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
+		"--secure-port=" + strconv.Itoa(port),
 		// A loopback advertise address is refused unless the endpoint reconciler is off.
 		"--advertise-address=10.0.0.1",
 		"--endpoint-reconciler-type=none",
 		"--service-cluster-ip-range=10.0.0.0/16",
-		"--cert-dir="+filepath.Join(e.Dir, "apiserver-certs"),
-		"--tls-cert-file="+pki.serverCert,
-		"--tls-private-key-file="+pki.serverKey,
-		"--client-ca-file="+pki.caCert,
-		"--service-account-key-file="+pki.saPub,
-		"--service-account-signing-key-file="+pki.saKey,
+		"--cert-dir=" + filepath.Join(e.Dir, "apiserver-certs"),
+		"--tls-cert-file=" + pki.serverCert,
+		"--tls-private-key-file=" + pki.serverKey,
+		"--client-ca-file=" + pki.caCert,
+		"--service-account-key-file=" + pki.saPub,
+		"--service-account-signing-key-file=" + pki.saKey,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
@@ -87,7 +87,9 @@ func (e *Env) startAPIServer(ctx context.Context, bin, etcdURL string, pki *pki,
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--v=0",
-	)
+		"--enable-aggregator-routing=" + strconv.FormatBool(aggregatorRouting),
+	}
+	p, err := e.run("kube-apiserver", logs, filepath.Join(bin, "kube-apiserver"), args...)
 	if err != nil {
 		return err
 	}

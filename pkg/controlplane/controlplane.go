@@ -50,6 +50,11 @@ type Options struct {
 	// Logs, when true, copies the components' output to the test's stderr as well
 	// as to their log files in Dir.
 	Logs bool
+	// AggregatorRouting makes the API server call a Service (a webhook's
+	// clientConfig.service) at its endpoints' addresses instead of its ClusterIP,
+	// which nothing routes here: a test can then serve a chart's webhook from this
+	// host behind a Service with hand-made endpoints.
+	AggregatorRouting bool
 }
 
 // Env is a running control plane.
@@ -103,7 +108,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := env.startAPIServer(ctx, bin, etcdURL, pki, opts.Logs); err != nil {
+	if err := env.startAPIServer(ctx, bin, etcdURL, pki, opts.Logs, opts.AggregatorRouting); err != nil {
 		return nil, err
 	}
 	crds := opts.CRDPaths

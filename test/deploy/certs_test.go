@@ -35,7 +35,7 @@ func TestCertificatesSurviveReapply(t *testing.T) {
 	// Another release name than TestChartInstall's, and only the scheduler's
 	// namespaced objects and webhook configurations: no CRDs, classes or agent.
 	set := []string{"nodeAgent.enabled=false", "dashboards.enabled=false", "priorityClasses.create=false",
-		"deviceClass.create=false", "crds.install=false", "defaultQueue.create=false"}
+		"deviceClass.create=false", "defaultQueue.create=false"}
 	args := []string{"template", "certs", chartRel, "--namespace", ns}
 	for _, s := range set {
 		args = append(args, "--set", s)
@@ -61,10 +61,39 @@ func TestCertificatesSurviveReapply(t *testing.T) {
 			}
 		}
 		_ = env.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		// The CRDs go too (no Queue was stored: the probes are dry runs), so that
+		// TestChartInstall's release can own them.
+		waitFor(context.Background(), t, "the render's CRDs deleted", func() error {
+			for _, o := range objs {
+				if r, ok := resourceOf(o); ok && o.GetKind() == "CustomResourceDefinition" {
+					if _, err := dyn.Resource(r).Get(context.Background(), o.GetName(), metav1.GetOptions{}); err == nil {
+						return fmt.Errorf("CRD %s still there", o.GetName())
+					}
+				}
+			}
+			return nil
+		})
 	})
+	schedEnv := map[string]string{}
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		envs, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+		for _, e := range envs {
+			m := e.(map[string]any)
+			if v, ok := m["value"].(string); ok {
+				schedEnv[m["name"].(string)] = v
+			}
+		}
+	}
 	apply := func(round string) {
 		t.Helper()
 		for _, o := range objs {
+			if o.GetKind() == "Service" && o.GetName() == schedEnv[certs.EnvService] {
+				o = withoutSelector(o) // the test serves the webhooks (serveWebhooks)
+			}
 			r, ok := resourceOf(o)
 			if !ok {
 				t.Fatalf("no resource known for %s", o.GetKind())
@@ -84,21 +113,6 @@ func TestCertificatesSurviveReapply(t *testing.T) {
 		}
 	}
 	apply("first apply")
-
-	schedEnv := map[string]string{}
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" {
-			continue
-		}
-		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		envs, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
-		for _, e := range envs {
-			m := e.(map[string]any)
-			if v, ok := m["value"].(string); ok {
-				schedEnv[m["name"].(string)] = v
-			}
-		}
-	}
 	opts := certs.Options{
 		Namespace: ns, SecretName: schedEnv[certs.EnvSecret], ServiceName: schedEnv[certs.EnvService],
 		ValidatingWebhooks: strings.Split(schedEnv[certs.EnvValidatingWebhooks], ","),
@@ -115,17 +129,22 @@ func TestCertificatesSurviveReapply(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca := secret.Data[certs.KeyCACert]
+	serveWebhooks(runCtx, t, ns, opts.ServiceName, opts.CertDir)
 	trusted := func(round string) {
 		t.Helper()
 		waitFor(ctx, t, round+": caBundle of the webhook configurations", func() error {
 			return checkCABundles(ctx, opts, secret.Data[certs.KeyTLSCert])
 		})
+		waitFor(ctx, t, round+": the API server calls both webhooks", func() error { return webhooksAnswer(ctx) })
 	}
 	trusted("after the first apply")
 
 	apply("second apply")
 	if err := checkCABundles(ctx, opts, secret.Data[certs.KeyTLSCert]); err != nil {
 		t.Errorf("a second server-side apply of the same render wiped the caBundle: %v", err)
+	}
+	if err := webhooksAnswer(ctx); err != nil {
+		t.Errorf("after a second server-side apply of the same render: %v", err)
 	}
 
 	// `kubectl replace` (or a tool that updates the whole object) drops caBundle; the
@@ -208,6 +227,7 @@ func resourceOf(o *unstructured.Unstructured) (schema.GroupVersionResource, bool
 		"Deployment": "deployments", "PodDisruptionBudget": "poddisruptionbudgets",
 		"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
 		"ValidatingWebhookConfiguration": "validatingwebhookconfigurations", "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+		"CustomResourceDefinition": "customresourcedefinitions",
 	}[o.GetKind()]
 	return gv.WithResource(plural), plural != ""
 }

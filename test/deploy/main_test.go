@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	if bin, err := binDir(); err == nil {
 		crds = append(crds, filepath.Join(bin, "kuberay-crds"))
 	}
-	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, CRDPaths: crds}, &env))
+	os.Exit(testenv.RunMain(m, testenv.Options{Kwok: true, ControllerManager: true, CRDPaths: crds, AggregatorRouting: true}, &env))
 }
 
 const chartRel = "deploy/helm/gantry"
