@@ -21,11 +21,14 @@ func (c *cycle) spent(maxPods int) bool {
 	return maxPods > 0 && c.placed >= maxPods
 }
 
-// deferredGangs counts the gangs the queue-order loop did not reach.
-func deferredGangs(byQueue map[string][]*work) int {
+// deferredPods counts the pending pods of the gangs the queue-order loop did not
+// reach.
+func deferredPods(byQueue map[string][]*work) int {
 	n := 0
 	for _, ws := range byQueue {
-		n += len(ws)
+		for _, w := range ws {
+			n += len(w.core) + len(w.extra)
+		}
 	}
 	return n
 }

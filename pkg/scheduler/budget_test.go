@@ -40,7 +40,7 @@ func TestBudgetDefersWholeGangsToLaterCycles(t *testing.T) {
 	}
 	once := s.Schedule(whole)
 	if once.Deferred != 0 {
-		t.Fatalf("an unbounded cycle deferred %d gangs", once.Deferred)
+		t.Fatalf("an unbounded cycle deferred %d pods", once.Deferred)
 	}
 	wantBound, wantPending := gangsOf(once)
 
@@ -117,7 +117,7 @@ func TestGangLargerThanBudgetStillBinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan := s.ScheduleWithin(snap, nil, 4)
-	if got := sc.Binds(plan); !slices.Equal(got, []string{"big"}) || plan.Deferred != 1 {
+	if got := sc.Binds(plan); !slices.Equal(got, []string{"big"}) || plan.Deferred != 1 { // small's one pod
 		t.Fatalf("binds %v, deferred %d; want big alone and small deferred", got, plan.Deferred)
 	}
 	if len(plan.Binds[0].Placements) != 12 {

@@ -52,9 +52,9 @@ type Plan struct {
 	// waits in queue order like any other, and may preempt again. A gang nominated
 	// again in the same cycle is not listed.
 	Withdrawn []Withdrawal
-	// Deferred counts the gangs this cycle left untried because it had tried its
-	// budget of pods (ScheduleWithin): they wait, whole and unreported, for the next
-	// cycle, which the caller should run soon.
+	// Deferred counts the pending pods of the gangs this cycle left untried because
+	// it had placed its budget of pods (ScheduleWithin): they wait, whole and
+	// unreported, for the next cycle, which the caller should run soon.
 	Deferred int
 }
 
@@ -170,7 +170,7 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 
 // ScheduleWithin is ScheduleSkipping that stops placing gangs in queue order once it
 // has placed maxPods pods (0: no bound; see budget.go): the gangs left over are
-// neither placed nor reported, and Plan.Deferred counts them.
+// neither placed nor reported, and Plan.Deferred counts their pods.
 func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID) bool, maxPods int) *Plan {
 	plan := &Plan{}
 	s.Placer.ObserveSnapshot(snap)
@@ -214,7 +214,7 @@ func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID)
 	// Queue-fair order: after every gang, the queue furthest below its share goes next.
 	for len(queueNames) > 0 {
 		if c.spent(maxPods) {
-			plan.Deferred = deferredGangs(byQueue)
+			plan.Deferred = deferredPods(byQueue)
 			break
 		}
 		q := s.nextQueue(shares, queueNames)

@@ -18,9 +18,13 @@ import (
 //
 // The budget is sized from the time per pod of the bounded cycles before it, so that
 // a cycle takes about Options.CycleTarget: more pods on a small or idle cluster, fewer
-// on a large or loaded one. It never falls below minBudget, so that what every cycle
-// costs whatever it places (the snapshot's pending gangs sorted, the queues' shares:
-// see the cost model in docs/scheduler.md) is spread over enough pods.
+// on a large or loaded one. Two floors keep what every cycle costs whatever it places
+// (the snapshot's pending gangs walked and sorted, the queues' shares: see the cost
+// model in docs/scheduler.md) from swamping the drain: never fewer than minBudget
+// pods, and never less than 1/backlogShare of the pods left waiting, so that a
+// backlog of P pods takes about backlogShare·ln(P/minBudget) cycles, not P/minBudget.
+// On a large cluster that floor, not the target, sizes the first cycles of a large
+// backlog (at 100,000 pods on 5,000 nodes they take longer than the target).
 
 const (
 	// firstBudget is the first cycle's budget, before any cycle was timed.
@@ -29,6 +33,8 @@ const (
 	// tests).
 	minBudget = 256
 	maxBudget = 16384
+	// backlogShare: a cycle places at least 1/backlogShare of the pods left waiting.
+	backlogShare = 32
 )
 
 // cycleBudget is the budget of pods of the next cycle.
@@ -40,7 +46,8 @@ func (r *Runner) cycleBudget() int {
 
 // resize sets the next cycle's budget from a cycle that took took. Only a cycle that
 // spent its budget (it left gangs for later) says what a budget costs; the budget
-// moves halfway to the size that would have taken CycleTarget.
+// moves halfway to the size that would have taken CycleTarget, and no lower than
+// 1/backlogShare of the pods it left.
 func (r *Runner) resize(plan *scheduler.Plan, took time.Duration) {
 	if plan.Deferred == 0 || took <= 0 {
 		return
@@ -55,7 +62,7 @@ func (r *Runner) resize(plan *scheduler.Plan, took time.Duration) {
 	fit := int(int64(placed) * int64(r.opts.CycleTarget) / int64(took))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.budget = min(max((r.budget+fit)/2, r.minBudget), maxBudget)
+	r.budget = min(max((r.budget+fit)/2, plan.Deferred/backlogShare, r.minBudget), maxBudget)
 }
 
 // deferred records whether the last cycle left gangs for the next, and wakes the

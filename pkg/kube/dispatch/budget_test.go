@@ -70,12 +70,12 @@ func TestBacklogIsPlacedOverBoundedCycles(t *testing.T) {
 			break
 		}
 		if n != 8 {
-			t.Fatalf("cycle %d placed %d pods and deferred %d gangs; want its budget of 8", cycles, n, plan.Deferred)
+			t.Fatalf("cycle %d placed %d pods and deferred %d pods; want its budget of 8", cycles, n, plan.Deferred)
 		}
 		select {
 		case <-r.ready:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("cycle %d deferred %d gangs, but the loop was never woken for them", cycles, plan.Deferred)
+			t.Fatalf("cycle %d deferred %d pods, but the loop was never woken for them", cycles, plan.Deferred)
 		}
 	}
 	if placed != 40 || cycles != 5 {
@@ -83,8 +83,8 @@ func TestBacklogIsPlacedOverBoundedCycles(t *testing.T) {
 	}
 }
 
-// The budget moves halfway to the size that would have taken CycleTarget, and only
-// after a cycle that spent it.
+// The budget moves halfway to the size that would have taken CycleTarget, only after
+// a cycle that spent it, and never below a share of the backlog left.
 func TestBudgetFollowsTheTimePerPod(t *testing.T) {
 	r := New(cache.New([]string{"gantry"}, &gang.StaticLookup{}, ""), nil, nil, record.NewFakeRecorder(1), nil, Options{CycleTarget: 40 * time.Millisecond})
 	r.budget, r.minBudget = 1000, 10
@@ -110,5 +110,9 @@ func TestBudgetFollowsTheTimePerPod(t *testing.T) {
 	}
 	if r.budget != 10 {
 		t.Errorf("budget %d after slow cycles, want the floor of 10", r.budget)
+	}
+	r.resize(plan(10, 32*500), time.Second)
+	if r.budget != 500 {
+		t.Errorf("budget %d with %d pods left, want 1/%d of them, 500", r.budget, 32*500, backlogShare)
 	}
 }
