@@ -386,7 +386,7 @@ func ratiosOf(n *model.Node) nodeRatios {
 // G2, whose nodes have 8 to 12 cores per GPU against the mix's 12.4), the pull
 // sends pods that could run anywhere onto the nodes the bound pods need, breaking
 // them up, and bound and 8-GPU pods then fail from 40 % arrived: gpuspec33 seed 42
-// left 13.4 % of the GPUs unallocated with the pull, 11.5 % without it. On such a
+// left 13.4 % of the GPUs unallocated with the pull, 11.4 % without it. On such a
 // node the shortfall it has empty is not counted; what pods placed there take
 // beyond its own CPU per GPU still is. Where no pod is bound to a model, nothing
 // changes: a cap on every node cost cpu250 1.3 points (7.18 % against 5.84 %, seed
