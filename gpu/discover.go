@@ -161,7 +161,7 @@ func readMIG(dev nvml.Device, parentTotal uint64, c *callTracker) MIG {
 		if ret != nvml.SUCCESS {
 			continue // empty slots are ERROR_NOT_FOUND
 		}
-		md := MIGDevice{GPUInstanceID: -1, ComputeInstanceID: -1}
+		md := MIGDevice{Index: i, GPUInstanceID: -1, ComputeInstanceID: -1}
 		if v, ret := h.GetUUID(); c.ok(ret) {
 			md.UUID = v
 		}
@@ -212,7 +212,7 @@ func readProcesses(dev nvml.Device, mig MIG, c *callTracker) []Process {
 	// With MIG on, NVML lists processes per MIG device.
 	for i := range mig.Devices {
 		md := &mig.Devices[i]
-		h, ret := dev.GetMigDeviceHandleByIndex(i)
+		h, ret := dev.GetMigDeviceHandleByIndex(md.Index)
 		if ret != nvml.SUCCESS {
 			continue
 		}

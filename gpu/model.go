@@ -104,6 +104,9 @@ type MIG struct {
 // MIGDevice is one MIG instance (a GPU instance with one compute instance).
 type MIGDevice struct {
 	UUID string
+	// Index is the MIG device's handle index on its parent
+	// (nvmlDeviceGetMigDeviceHandleByIndex), NVIDIA's DRA driver's "index".
+	Index int
 	// Profile is NVIDIA's name for the instance shape, e.g. "1g.5gb".
 	Profile             string
 	GPUInstanceID       int

@@ -32,10 +32,13 @@ type Config struct {
 	// BindWorkers is how many bindings are in flight at once (default 64).
 	BindWorkers int `json:"bindWorkers,omitempty"`
 	// DefaultQueue is the queue that pods with no queue label are charged to, so that
-	// its quota and limit apply to them (default "default", the queue the chart
-	// creates, as in KAI Scheduler). The scheduler creates it at start when it is
-	// missing.
+	// its quota and limit apply to them (default "default", as in KAI Scheduler).
+	// While it does not exist they wait, with a reason that names it.
 	DefaultQueue string `json:"defaultQueue,omitempty"`
+	// CreateDefaultQueue: the scheduler creates DefaultQueue at start when it is
+	// missing (default true; pkg/bootstrap). false leaves it to the cluster admin
+	// (the chart's defaultQueue.create=false, a GitOps repository that owns it).
+	CreateDefaultQueue *bool `json:"createDefaultQueue,omitempty"`
 	// GangBelowMinimumGrace is how long a running gang that lost members below its
 	// minimum (with their node, say) may wait for them before the rest is evicted,
 	// so that it restarts whole (default 10s).
@@ -56,6 +59,9 @@ func (c Config) DefaultQueueName() string {
 	}
 	return c.DefaultQueue
 }
+
+// CreatesDefaultQueue is CreateDefaultQueue with its default.
+func (c Config) CreatesDefaultQueue() bool { return c.CreateDefaultQueue == nil || *c.CreateDefaultQueue }
 
 // Duration is a time.Duration written as "30s" or "5m".
 type Duration struct{ time.Duration }

@@ -25,8 +25,12 @@ func TestLoadConfig(t *testing.T) {
 	if cfg.Policy != "bestfit" || cfg.PreemptionEnabled() || cfg.MinRuntime.Duration != 90*time.Second || cfg.EvictionQPS != 5 {
 		t.Errorf("config = %+v", cfg)
 	}
-	if def, _ := LoadConfig(""); !def.PreemptionEnabled() || def.Policy != "" {
-		t.Errorf("defaults = %+v, want preemption on and the default policy", def)
+	if def, _ := LoadConfig(""); !def.PreemptionEnabled() || def.Policy != "" || !def.CreatesDefaultQueue() || def.DefaultQueueName() != "default" {
+		t.Errorf("defaults = %+v, want preemption on, the default policy, the default queue created", def)
+	}
+	cfg, err = LoadConfig(writeConfig(t, "defaultQueue: team-default\ncreateDefaultQueue: false\n"))
+	if err != nil || cfg.CreatesDefaultQueue() || cfg.DefaultQueueName() != "team-default" {
+		t.Errorf("createDefaultQueue: false: %+v, %v", cfg, err)
 	}
 }
 

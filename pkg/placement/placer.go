@@ -248,10 +248,13 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 		return Placement{}, p.unschedulable(v, q, cs)
 	}
 	n := v.nodes[best]
+	pl := Placement{Pod: pod.ID, Node: n.Name, Volumes: v.claimVolumes(pod, n)}
 	if q.chosen != nil {
-		return Placement{Pod: pod.ID, Node: n.Name, GPUs: append([]model.GPUBinding(nil), q.chosen[n.Name]...)}, nil
+		pl.GPUs = append([]model.GPUBinding(nil), q.chosen[n.Name]...)
+	} else {
+		pl.GPUs = bindGPUs(n, pod.GPU, bestGPU)
 	}
-	return Placement{Pod: pod.ID, Node: n.Name, GPUs: bindGPUs(n, pod.GPU, bestGPU)}, nil
+	return pl, nil
 }
 
 func (p *Placer) unschedulable(v *View, q *podQuery, cs *constraintState) *Unschedulable {

@@ -273,9 +273,13 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 		return err
 	}
 	defer func() { _ = restore() }()
+	// Each step's time is logged: these rounds take 2-3 minutes on a loaded machine,
+	// and once the scheduler was not ready in 90 s (seed 1803, round 12).
+	t0 := time.Now()
 	if err := removeRayCRDs(ctx); err != nil {
 		return 0, err
 	}
+	h.logf("KubeRay's CRDs gone after %s", time.Since(t0).Round(time.Millisecond))
 	if err := h.stopSchedulers(); err != nil {
 		return 0, err
 	}
@@ -291,9 +295,11 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 	if err := restore(); err != nil {
 		return 0, err
 	}
+	h.logf("CRDs back and KubeRay restarted at %s", time.Since(t0).Round(time.Millisecond))
 	if err := <-started; err != nil {
 		return 0, fmt.Errorf("scheduler started while KubeRay's CRDs were missing: %w", err)
 	}
+	h.logf("scheduler ready at %s", time.Since(t0).Round(time.Millisecond))
 	workers := 1 + h.rng.IntN(3)
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		return createRayCluster(ctx, ns, "rc", workers, "train") == nil, nil

@@ -374,6 +374,33 @@ func TestChartValues(t *testing.T) {
 		}
 	})
 
+	t.Run("defaultQueue.create=false: nobody creates it", func(t *testing.T) {
+		for _, set := range [][]string{nil, {"defaultQueue.create=false", "defaultQueue.name=team-default"}} {
+			create := len(set) == 0
+			objs := render(t, set...)
+			var cm corev1.ConfigMap
+			into(t, find(t, objs, "ConfigMap", "gantry-scheduler"), &cm)
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := kube.LoadConfig(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[bool]string{true: "default", false: "team-default"}[create]
+			if cfg.CreatesDefaultQueue() != create || cfg.DefaultQueueName() != want {
+				t.Errorf("%v: scheduler config %+v: want createDefaultQueue %v, defaultQueue %s", set, cfg, create, want)
+			}
+			var d appsv1.Deployment
+			into(t, find(t, objs, "Deployment", "gantry-scheduler"), &d)
+			hasEnv := slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == bootstrap.EnvDefaultQueue })
+			if hasEnv != create {
+				t.Errorf("%v: %s set = %v, want %v", set, bootstrap.EnvDefaultQueue, hasEnv, create)
+			}
+		}
+	})
+
 	t.Run("scheduler names", func(t *testing.T) {
 		var d appsv1.Deployment
 		into(t, find(t, render(t, "scheduler.serveKaiSchedulerPods=true"), "Deployment", "gantry-scheduler"), &d)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +34,11 @@ const (
 	// EventQueue bounds the Events waiting for their turn at EventQPS: 200 s of
 	// them, about 2 MB. An Event that finds it full is dropped and counted.
 	EventQueue = 10000
+	// EventBusyQPS is the Events' rate while binds are under way (a batch bound in
+	// the last BindQuiet): Events yield to the binds they report, which share the
+	// API server with them, and catch up at EventQPS when the binds pause.
+	EventBusyQPS = 5
+	BindQuiet    = time.Second
 )
 
 // ReasonScheduled and ActionBinding are what kube-scheduler writes on a bind.
@@ -64,15 +71,21 @@ func NewEventBroadcaster(ctx context.Context, cfg *rest.Config) (events.EventBro
 // the recorder no faster than the Event client sends them. Client-go's tools/events
 // broadcaster starts a goroutine per Event that then waits for the client's rate
 // limiter, so a burst of 5,000 binds handed to it at once held about 4,750 goroutines
-// and copies of their Events for 100 s, and cost the scheduler a third more CPU
-// during the burst. Here the backlog is a bounded queue of small values, and the
-// broadcaster holds no more than a burst's worth.
+// and copies of their Events for 100 s. Here the backlog is a bounded queue of small
+// values, and the broadcaster holds no more than a burst's worth. While binds are
+// under way the writer slows to EventBusyQPS, so that the Events of a burst do not
+// take the API server's time from the binds themselves (docs/benchmarks.md,
+// scenario a); they are written when the binds pause.
 type Events struct {
 	recorder events.EventRecorder
 	lookup   gang.Lookup
 	queue    chan event
 	limiter  flowcontrol.RateLimiter
 	dropped  func()
+	// lastBind is when a batch was last bound (Unix ns); lastWrite, the writer's
+	// last Event.
+	lastBind  atomic.Int64
+	lastWrite time.Time
 }
 
 // event is one queued Event: its object and its message.
@@ -92,21 +105,53 @@ func NewEvents(recorder events.EventRecorder, lookup gang.Lookup, dropped func()
 	}
 }
 
-// Run hands the queued Events to the recorder, at most EventQPS a second after a
-// burst of EventBurst (the Event client's own limits, so that the broadcaster's
-// goroutines do not wait on the client), until ctx ends.
+// Run hands the queued Events to the recorder until ctx ends: at most EventQPS a
+// second after a burst of EventBurst (the Event client's own limits, so that the
+// broadcaster's goroutines do not wait on the client), and EventBusyQPS while binds
+// are under way.
 func (e *Events) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case ev := <-e.queue:
-			if e.limiter.Wait(ctx) != nil {
+			if !e.pace(ctx) {
 				return
 			}
 			e.write(ev)
 		}
 	}
+}
+
+// pace waits for the next Event's turn; false when ctx ended first.
+func (e *Events) pace(ctx context.Context) bool {
+	for {
+		wait := e.busyWait(time.Now())
+		if wait <= 0 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	if e.limiter.Wait(ctx) != nil {
+		return false
+	}
+	e.lastWrite = time.Now()
+	return true
+}
+
+// busyWait is how much longer the next Event waits at now to keep to EventBusyQPS
+// while binds are under way; 0 once none was bound for BindQuiet.
+func (e *Events) busyWait(now time.Time) time.Duration {
+	if now.Sub(time.Unix(0, e.lastBind.Load())) >= BindQuiet {
+		return 0
+	}
+	return e.lastWrite.Add(time.Second / EventBusyQPS).Sub(now)
 }
 
 func (e *Events) write(ev event) {
@@ -130,6 +175,7 @@ func (e *Events) bound(b cache.Batch, results []result) {
 	if e == nil {
 		return
 	}
+	e.lastBind.Store(time.Now().UnixNano())
 	var nodes []string
 	n := 0
 	for _, res := range results {

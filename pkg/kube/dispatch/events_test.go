@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -98,5 +99,28 @@ func TestScheduledEventsBounded(t *testing.T) {
 		if got := <-rec.Events; got != want {
 			t.Fatalf("event %d: %q, want %q", i, got, want)
 		}
+	}
+}
+
+// While batches are being bound, Events are spaced at EventBusyQPS; once no batch
+// was bound for BindQuiet they go at the client's rate.
+func TestEventsYieldToBinds(t *testing.T) {
+	e := NewEvents(events.NewFakeRecorder(1), nil, nil)
+	now := time.Now()
+	e.lastWrite = now
+	if w := e.busyWait(now); w != 0 {
+		t.Fatalf("no bind yet: wait %v, want 0", w)
+	}
+	e.bound(cache.Batch{}, nil)
+	bindAt := time.Unix(0, e.lastBind.Load())
+	e.lastWrite = bindAt
+	if w := e.busyWait(bindAt); w != time.Second/EventBusyQPS {
+		t.Fatalf("binds under way, an Event just written: wait %v, want %v", w, time.Second/EventBusyQPS)
+	}
+	if w := e.busyWait(bindAt.Add(time.Second / EventBusyQPS)); w > 0 {
+		t.Fatalf("binds under way, the last Event 1/EventBusyQPS ago: wait %v, want none", w)
+	}
+	if w := e.busyWait(bindAt.Add(BindQuiet)); w != 0 {
+		t.Fatalf("no bind for BindQuiet: wait %v, want 0", w)
 	}
 }
