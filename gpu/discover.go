@@ -161,7 +161,7 @@ func readMIG(dev nvml.Device, parentTotal uint64, c *callTracker) MIG {
 		if ret != nvml.SUCCESS {
 			continue // empty slots are ERROR_NOT_FOUND
 		}
-		md := MIGDevice{GPUInstanceID: -1, ComputeInstanceID: -1}
+		md := MIGDevice{Index: i, GPUInstanceID: -1, ComputeInstanceID: -1}
 		if v, ret := h.GetUUID(); c.ok(ret) {
 			md.UUID = v
 		}
@@ -212,7 +212,7 @@ func readProcesses(dev nvml.Device, mig MIG, c *callTracker) []Process {
 	// With MIG on, NVML lists processes per MIG device.
 	for i := range mig.Devices {
 		md := &mig.Devices[i]
-		h, ret := dev.GetMigDeviceHandleByIndex(i)
+		h, ret := dev.GetMigDeviceHandleByIndex(md.Index)
 		if ret != nvml.SUCCESS {
 			continue
 		}
@@ -351,6 +351,14 @@ func readCounters(dev nvml.Device, d *Device, c *callTracker) {
 	if v, ret := dev.GetPcieReplayCounter(); c.ok(ret) {
 		n := uint64(v)
 		d.PCIeReplays = &n
+	}
+	if v, ret := dev.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); c.ok(ret) {
+		n := uint64(v) * 1024
+		d.PCIeTxBytesPerSecond = &n
+	}
+	if v, ret := dev.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); c.ok(ret) {
+		n := uint64(v) * 1024
+		d.PCIeRxBytesPerSecond = &n
 	}
 	if v, _, ret := dev.GetEncoderUtilization(); c.ok(ret) {
 		d.EncoderUtilizationPercent = &v

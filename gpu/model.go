@@ -68,6 +68,9 @@ type Device struct {
 	RowRemapFailed                                     *bool
 	// PCIeReplays is the PCIe replay (retry) counter.
 	PCIeReplays *uint64
+	// PCIeTxBytesPerSecond and PCIeRxBytesPerSecond are the PCIe throughput
+	// NVML measured over its last 20 ms window (it reports KB/s).
+	PCIeTxBytesPerSecond, PCIeRxBytesPerSecond *uint64
 	// EncoderUtilizationPercent and DecoderUtilizationPercent are the video
 	// engines' utilization.
 	EncoderUtilizationPercent, DecoderUtilizationPercent *uint32
@@ -101,6 +104,9 @@ type MIG struct {
 // MIGDevice is one MIG instance (a GPU instance with one compute instance).
 type MIGDevice struct {
 	UUID string
+	// Index is the MIG device's handle index on its parent
+	// (nvmlDeviceGetMigDeviceHandleByIndex), NVIDIA's DRA driver's "index".
+	Index int
 	// Profile is NVIDIA's name for the instance shape, e.g. "1g.5gb".
 	Profile             string
 	GPUInstanceID       int

@@ -15,9 +15,16 @@
 # with its device nodes present. Budget: well under 8 minutes (most of it
 # starting the API server).
 #
-# NOT YET RUN ON HARDWARE: written and run here only with --fake-gpus (checks
+# NOT YET RUN ON HARDWARE: written and run only as a dry run (--dry-run: checks
 # 2, 4, 5 on a fake fleet). Paste its first real output into the issue.
+#
+#   hack/gpu-smoke.sh --dry-run      # no GPU: checks 2, 4, 5 on a fake fleet (FAKE_GPUS, default 2xH100)
 set -euo pipefail
+
+if [ "${1:-}" = "--dry-run" ]; then
+  shift
+  FAKE_GPUS="${FAKE_GPUS:-2xH100}"
+fi
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin_dir="${BIN:-$repo_root/bin}"

@@ -29,7 +29,8 @@ type queueState struct{ found, parent bool }
 
 // chargedQueue works out the pod's queue as the scheduler does: the gang's queue
 // (pkg/gang resolves it from the pods' labels, the PodGroup's spec.queue, then the top
-// owner's labels), else the scheduler's default queue when it exists. queues maps
+// owner's labels), else the scheduler's default queue, whether or not it exists (the
+// pod then waits until it does, unless no Queue exists at all). queues maps
 // every Queue of the cluster; nil when they could not be listed. gangErr is why the
 // gang could not be read, if it could not.
 func chargedQueue(pod *corev1.Pod, g *gang.Gang, gangErr error, defaultQueue string, queues map[string]queueState) queueCharge {
@@ -54,10 +55,11 @@ func chargedQueueOf(pod *corev1.Pod, g *gang.Gang, defaultQueue string, queues m
 		if defaultQueue == "" {
 			return queueCharge{Why: "no queue label, and no default queue is configured: no quota or limit applies"}
 		}
-		if queues != nil && !queues[defaultQueue].found {
-			return queueCharge{Why: fmt.Sprintf("no queue label, and the default queue %s does not exist: no quota or limit applies", defaultQueue)}
-		}
 		name, why = defaultQueue, "no queue label on the pod, its gang or their owner: the scheduler's default queue (defaultQueue in its config; --default-queue here)"
+	}
+	if queues != nil && len(queues) == 0 {
+		// The scheduler applies queues only once one exists.
+		return queueCharge{Queue: name, Why: why + "; no Queue exists in the cluster, so no quota or limit applies"}
 	}
 	if queues != nil {
 		switch st := queues[name]; {

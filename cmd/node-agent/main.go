@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -36,7 +34,6 @@ import (
 	"github.com/gantry-dev/gantry/gpu/fake"
 	"github.com/gantry-dev/gantry/pkg/agent"
 	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
-	"github.com/gantry-dev/gantry/pkg/httpserver"
 	"github.com/gantry-dev/gantry/pkg/names"
 )
 
@@ -48,12 +45,15 @@ type options struct {
 	nodeName, kubeconfig, fakeGPUs, nvmlLibrary   string
 	pluginDataDir, registrarDir, cdiRoot          string
 	metricsAddr, podResourcesSocket               string
+	metricsCertDir, probeAddr                     string
+	metricsSecure                                 bool
 	mps, installDeviceClass, smoke, watchNode     bool
 	dcgmSeries                                    bool
 	pollInterval, statusMinInterval, statusMaxInt time.Duration
 	readTimeout, gcGrace                          time.Duration
 	cdi                                           agent.CDIOptions
 	mpsRoot, mpsControl                           string
+	mpsBindShm, claimStatus                       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -68,9 +68,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.registrarDir, "kubelet-registrar-dir", kubeletplugin.KubeletRegistryDir, "directory where the kubelet looks for plugin registration sockets")
 	fs.StringVar(&o.cdiRoot, "cdi-root", kubeletplugin.DefaultCDIDir, "directory for CDI spec files")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":9402", `address for /metrics; "0" disables it`)
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve /metrics over HTTPS to callers the API server authenticates and authorizes (get on /metrics); a loopback --metrics-bind-address is plain HTTP either way")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for /metrics, reloaded when they change (default: a self-signed certificate)")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":9403", `address for /healthz and /readyz (the kubelet accepted the plugin's registration); "0" disables it`)
 	fs.StringVar(&o.podResourcesSocket, "pod-resources-socket", agent.DefaultPodResourcesSocket, "kubelet PodResources socket for pod labels on metrics; empty disables")
-	fs.BoolVar(&o.mps, "mps", false, "enforce memory shares: run an MPS control daemon per shared GPU and give each claim a pinned device-memory limit")
-	fs.StringVar(&o.mpsRoot, "mps-root", agent.DefaultMPSRoot, "host directory under which each GPU's MPS pipe and log directories are made")
+	fs.BoolVar(&o.mps, "mps", false, "enforce memory shares: run an MPS control daemon for each claim holding shares, with the claim's pinned device-memory limit on each GPU")
+	fs.StringVar(&o.mpsRoot, "mps-root", agent.DefaultMPSRoot, "host directory (same path in the agent) under which each claim's MPS pipe, shm and log directories are made")
+	fs.BoolVar(&o.mpsBindShm, "mps-bind-shm", true, "run each MPS daemon in its own mount namespace with the claim's shm directory at /dev/shm, as its clients have it (needs CAP_SYS_ADMIN)")
+	fs.BoolVar(&o.claimStatus, "claim-status", false, "write whether each claim's memory shares are enforced into its status.devices (condition "+agent.ConditionShareEnforced+"); needs update on resourceclaims/status")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control program (under --driver-root)")
 	fs.StringVar(&o.cdi.DriverRoot, "driver-root", "/", "where the agent sees the NVIDIA driver's files (GPU Operator: the mount of /run/nvidia/driver)")
 	fs.StringVar(&o.cdi.HostDriverRoot, "host-driver-root", "", "the same directory on the host, as CDI specs must name it (default --driver-root)")
@@ -166,6 +171,10 @@ func execute(o *options, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	onError := func(err error) {
+		klog.ErrorS(err, "HTTP server failed")
+		stop()
+	}
 	if o.metricsAddr != "0" && o.metricsAddr != "" {
 		var pods agent.PodResourcesLister
 		if o.podResourcesSocket != "" {
@@ -180,25 +189,12 @@ func execute(o *options, stdout io.Writer) error {
 		m := agent.NewMetrics(o.nodeName, a.Snapshot(), a.Driver().Allocations, pods)
 		m.NoDCGMSeries = !o.dcgmSeries
 		reg.MustRegister(m)
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		// Liveness: the kubelet has accepted the plugin's registration.
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if err := a.Registered(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		srv := httpserver.New(mux)
-		srv.Addr = o.metricsAddr
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				klog.ErrorS(err, "Metrics server failed", "address", o.metricsAddr)
-				stop()
-			}
-		}()
-		defer srv.Close()
+		if _, err := serveMetrics(ctx, o, cfg, reg, onError); err != nil {
+			return err
+		}
+	}
+	if _, err := serveProbes(ctx, o.probeAddr, a, onError); err != nil {
+		return err
 	}
 	return a.Run(ctx)
 }
@@ -215,8 +211,12 @@ func agentConfig(o *options, lib nvml.Interface, kube kubernetes.Interface, stat
 	if o.gcGrace > 0 {
 		acfg.GC = &agent.CheckpointGC{Client: kube, Grace: o.gcGrace}
 	}
+	if o.claimStatus {
+		acfg.ClaimStatus = &agent.ClaimStatusWriter{Client: kube}
+	}
 	if o.mps {
-		acfg.MPS = agent.NewMPSManager(agent.MPSOptions{Root: o.mpsRoot, Control: filepath.Join(o.cdi.DriverRoot, "usr/bin", filepath.Base(o.mpsControl))})
+		acfg.MPS = agent.NewMPSManager(agent.MPSOptions{Root: o.mpsRoot, BindShm: o.mpsBindShm,
+			Control: filepath.Join(o.cdi.DriverRoot, "usr/bin", filepath.Base(o.mpsControl))})
 	}
 	if o.fakeGPUs != "" {
 		// Fake GPUs have no device nodes or driver files to hand out.

@@ -75,6 +75,10 @@ func main() {
 	}
 }
 
+// annotationShareClaims turns on the pod webhook's conversion of gantry.dev/gpu-memory
+// annotations into DRA claims (pkg/webhook.PodDefaulter.Templates).
+var annotationShareClaims = flag.Bool("annotation-share-claims", false, "pod webhook: turn a gantry.dev/gpu-memory annotation into a gpu.gantry.dev ResourceClaim (from a per-size ResourceClaimTemplate it creates in the pod's namespace) that the node agent prepares; needs create on resourceclaimtemplates")
+
 func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metrics metricsOptions, probeAddr, configPath, webhookAddr, webhookCertDir string) error {
 	cfg, err := kube.LoadConfig(configPath)
 	if err != nil {
@@ -128,7 +132,7 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 				return fmt.Errorf("webhook certificates: %w", err)
 			}
 		}
-		if err := webhook.Serve(ctx, webhookAddr, webhookCertDir, dyn); err != nil {
+		if err := webhook.Serve(ctx, webhookAddr, webhookCertDir, dyn, webhook.WithAnnotationShareClaims(*annotationShareClaims)); err != nil {
 			return err
 		}
 	}

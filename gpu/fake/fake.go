@@ -124,6 +124,11 @@ type liveState struct {
 	remapPending   bool
 	remapFailed    bool
 	eccUncorrected uint64
+	pcieTxKBps     uint32
+	pcieRxKBps     uint32
+	pcieReplays    int
+	encoderPercent uint32
+	decoderPercent uint32
 }
 
 type migDevice struct {
@@ -255,6 +260,20 @@ func (g *GPU) SetUtilization(gpuPercent, memoryPercent uint32) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.state.utilGPU, g.state.utilMemory = gpuPercent, memoryPercent
+}
+
+// SetPCIe sets the PCIe throughput (KB/s, as NVML reports it) and replay counter.
+func (g *GPU) SetPCIe(txKBps, rxKBps uint32, replays int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.state.pcieTxKBps, g.state.pcieRxKBps, g.state.pcieReplays = txKBps, rxKBps, replays
+}
+
+// SetVideoUtilization sets the encoder and decoder utilization in percent.
+func (g *GPU) SetVideoUtilization(encoderPercent, decoderPercent uint32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.state.encoderPercent, g.state.decoderPercent = encoderPercent, decoderPercent
 }
 
 // SetTemperature sets the GPU temperature in °C.
@@ -428,9 +447,32 @@ func (g *GPU) install() {
 		defer g.mu.Unlock()
 		return 0, 0, g.state.remapPending, g.state.remapFailed, nvml.SUCCESS
 	}
-	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
-	d.GetEncoderUtilizationFunc = func() (uint32, uint32, nvml.Return) { return 0, 167000, nvml.SUCCESS }
-	d.GetDecoderUtilizationFunc = func() (uint32, uint32, nvml.Return) { return 0, 167000, nvml.SUCCESS }
+	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.state.pcieReplays, nvml.SUCCESS
+	}
+	d.GetPcieThroughputFunc = func(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		switch c {
+		case nvml.PCIE_UTIL_TX_BYTES:
+			return g.state.pcieTxKBps, nvml.SUCCESS
+		case nvml.PCIE_UTIL_RX_BYTES:
+			return g.state.pcieRxKBps, nvml.SUCCESS
+		}
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	d.GetEncoderUtilizationFunc = func() (uint32, uint32, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.state.encoderPercent, 167000, nvml.SUCCESS
+	}
+	d.GetDecoderUtilizationFunc = func() (uint32, uint32, nvml.Return) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.state.decoderPercent, 167000, nvml.SUCCESS
+	}
 	d.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
 		g.mu.Lock()
 		defer g.mu.Unlock()

@@ -32,6 +32,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -106,7 +108,7 @@ func run(c *checker, fakeProfile string, allocBytes uint64) error {
 	checkMetrics(c, inv)
 	if fakeProfile == "" {
 		fmt.Println("\n3. used/free memory follow a live allocation through libcuda")
-		checkAllocation(c, lib, allocBytes)
+		checkAllocation(c, lib, inv, allocBytes)
 	}
 	fmt.Println("\n4. ResourceSlice accepted by a real API server")
 	checkSlice(c, inv)
@@ -138,7 +140,8 @@ func checkDiscovery(c *checker, inv *gpu.Inventory) {
 		}
 		d := inv.Devices[i]
 		mib, _ := strconv.ParseUint(row[3], 10, 64)
-		migOn := row[4] == "Enabled"
+		// nvidia-smi says Enabled or Disabled, or [N/A] for a GPU without MIG.
+		smiMIG := row[4] == "Enabled" || row[4] == "Disabled"
 		switch {
 		case d.UUID != row[1]:
 			c.fail("GPU %d: UUID %s, nvidia-smi %s", i, d.UUID, row[1])
@@ -146,8 +149,8 @@ func checkDiscovery(c *checker, inv *gpu.Inventory) {
 			c.fail("GPU %d: name %q, nvidia-smi %q", i, d.ProductName, row[2])
 		case d.Memory.TotalBytes>>20 != mib:
 			c.fail("GPU %d: memory total %d MiB, nvidia-smi %d MiB", i, d.Memory.TotalBytes>>20, mib)
-		case d.MIG.Capable && d.MIG.Enabled != migOn:
-			c.fail("GPU %d: MIG %v, nvidia-smi %q", i, d.MIG.Enabled, row[4])
+		case d.MIG.Capable != smiMIG || (smiMIG && d.MIG.Enabled != (row[4] == "Enabled")):
+			c.fail("GPU %d: MIG capable=%v enabled=%v, nvidia-smi %q", i, d.MIG.Capable, d.MIG.Enabled, row[4])
 		default:
 			c.ok("GPU %d %s %q %d MiB MIG=%s arch=%s brand=%s", i, d.UUID, d.ProductName, mib, row[4], d.Architecture, d.Brand)
 		}
@@ -166,28 +169,88 @@ func checkMetrics(c *checker, inv *gpu.Inventory) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, d := range inv.Devices {
-		if !strings.Contains(string(body), `DCGM_FI_DEV_FB_USED{`) || !strings.Contains(string(body), `UUID="`+d.UUID+`"`) {
-			c.fail("no DCGM_FI_DEV_FB_USED series for %s", d.UUID)
-			continue
-		}
-		c.ok("GPU %d series served (%d bytes of metrics)", d.Index, len(body))
+	if resp.StatusCode != http.StatusOK {
+		c.fail("GET /metrics: %s", resp.Status)
+		return
 	}
-	if !strings.Contains(string(body), "gantry_gpu_nvml_up{Hostname=\"smoke\"} 1") {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		c.fail("/metrics is not Prometheus text: %v", err)
+		return
+	}
+	// Per GPU (not in MIG mode): used + free (+ reserved) add up to the total.
+	perGPU := func(name, uuid string) (float64, bool) {
+		for _, m := range fams[name].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["UUID"] == uuid && labels["GPU_I_PROFILE"] == "" {
+				return m.GetGauge().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	for _, d := range inv.Devices {
+		used, okU := perGPU("DCGM_FI_DEV_FB_USED", d.UUID)
+		free, okF := perGPU("DCGM_FI_DEV_FB_FREE", d.UUID)
+		reserved, _ := perGPU("DCGM_FI_DEV_FB_RESERVED", d.UUID)
+		total := float64(d.Memory.TotalBytes >> 20)
+		switch {
+		case !okU || !okF:
+			c.fail("GPU %d: no DCGM_FI_DEV_FB_USED/FB_FREE series for %s", d.Index, d.UUID)
+		case used+free+reserved < total-2 || used+free+reserved > total+2:
+			c.fail("GPU %d: FB_USED %.0f + FB_FREE %.0f + FB_RESERVED %.0f MiB, total %.0f MiB", d.Index, used, free, reserved, total)
+		default:
+			c.ok("GPU %d: FB_USED %.0f + FB_FREE %.0f + FB_RESERVED %.0f = %.0f MiB", d.Index, used, free, reserved, total)
+		}
+		if d.MIG.Enabled {
+			if n := len(fams["gantry_gpu_mig_memory_total_bytes"].GetMetric()); n == 0 {
+				c.fail("GPU %d is in MIG mode but no MIG series is served", d.Index)
+			}
+		}
+	}
+	up := fams["gantry_gpu_nvml_up"].GetMetric()
+	if len(up) != 1 || up[0].GetGauge().GetValue() != 1 {
 		c.fail("gantry_gpu_nvml_up is not 1")
+	} else {
+		c.ok("gantry_gpu_nvml_up 1; %d metric families, %d bytes", len(fams), len(body))
 	}
 }
 
-func memOf(lib nvml.Interface) (gpu.Memory, error) {
+func memOf(lib nvml.Interface, index int) (gpu.Memory, error) {
 	inv, err := gpu.Discover(lib)
 	if err != nil {
 		return gpu.Memory{}, err
 	}
-	return inv.Devices[0].Memory, nil
+	for _, d := range inv.Devices {
+		if d.Index == index {
+			return d.Memory, nil
+		}
+	}
+	return gpu.Memory{}, fmt.Errorf("GPU %d is gone", index)
 }
 
-func checkAllocation(c *checker, lib nvml.Interface, size uint64) {
-	before, err := memOf(lib)
+func checkAllocation(c *checker, lib nvml.Interface, inv *gpu.Inventory, size uint64) {
+	// The first GPU not in MIG mode: on a MIG device CUDA would allocate in a
+	// GPU instance, which the GPU's memory counters do not show the same way.
+	target := -1
+	for i, d := range inv.Devices {
+		if !d.MIG.Enabled {
+			target = i
+			break
+		}
+	}
+	if target < 0 {
+		fmt.Println("  skip  every GPU is in MIG mode")
+		return
+	}
+	d := inv.Devices[target]
+	// CUDA's ordinals follow neither NVML's order nor the PCI bus unless told;
+	// naming the GPU by UUID makes it CUDA's device 0.
+	os.Setenv("CUDA_VISIBLE_DEVICES", d.UUID)
+	before, err := memOf(lib, d.Index)
 	if err != nil {
 		c.fail("read memory: %v", err)
 		return
@@ -197,7 +260,7 @@ func checkAllocation(c *checker, lib nvml.Interface, size uint64) {
 		c.fail("%v", err)
 		return
 	}
-	during, err := memOf(lib)
+	during, err := memOf(lib, d.Index)
 	if ferr := a.free(); ferr != nil {
 		c.fail("%v", ferr)
 	}
@@ -209,11 +272,11 @@ func checkAllocation(c *checker, lib nvml.Interface, size uint64) {
 	if during.UsedBytes < before.UsedBytes+size || during.FreeBytes+size > before.FreeBytes {
 		c.fail("used %d→%d, free %d→%d MiB: a %d MiB allocation does not show", before.UsedBytes>>20, during.UsedBytes>>20, before.FreeBytes>>20, during.FreeBytes>>20, size>>20)
 	} else {
-		c.ok("used %d→%d MiB, free %d→%d MiB with %d MiB allocated", before.UsedBytes>>20, during.UsedBytes>>20, before.FreeBytes>>20, during.FreeBytes>>20, size>>20)
+		c.ok("GPU %d: used %d→%d MiB, free %d→%d MiB with %d MiB allocated", d.Index, before.UsedBytes>>20, during.UsedBytes>>20, before.FreeBytes>>20, during.FreeBytes>>20, size>>20)
 	}
 	var after gpu.Memory
 	for i := 0; i < 50; i++ { // the driver frees asynchronously
-		if after, err = memOf(lib); err == nil && after.UsedBytes < during.UsedBytes-size/2 {
+		if after, err = memOf(lib, d.Index); err == nil && after.UsedBytes < during.UsedBytes-size/2 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

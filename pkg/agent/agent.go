@@ -43,6 +43,9 @@ type Config struct {
 	NewEditor func(nvml.Interface) (CDIEditor, error)
 	// MPS, if set, enforces memory shares through MPS daemons.
 	MPS *MPSManager
+	// ClaimStatus, if set, writes into each claim's status whether its
+	// memory shares are enforced (needs update on resourceclaims/status).
+	ClaimStatus *ClaimStatusWriter
 	// PollInterval is how often the GPUs are read (default 10s).
 	PollInterval time.Duration
 	// ReadTimeout bounds one reading (default 30s); a reading that takes
@@ -137,6 +140,7 @@ func New(cfg Config) (*Agent, error) {
 	a.driver, err = NewDriver(DriverOptions{
 		NodeName: cfg.NodeName, PluginDataDir: cfg.PluginDataDir, CDIRoot: cfg.CDIRoot,
 		MPS: cfg.MPS, Snapshot: a.snapshot, Editor: a.currentEditor,
+		ClaimStatus: cfg.ClaimStatus,
 	})
 	if err != nil {
 		return nil, err

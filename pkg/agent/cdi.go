@@ -34,7 +34,9 @@ const (
 const (
 	EnvMemoryBytesPrefix    = "GANTRY_GPU_MEMORY_BYTES_"
 	EnvMemoryFractionPrefix = "GANTRY_GPU_MEMORY_FRACTION_"
-	EnvMPSMemoryLimit       = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvMemoryEnforcedPrefix is "true" when the share's limit is enforced
+	// (by the claim's MPS daemon), "false" when it is bookkeeping only.
+	EnvMemoryEnforcedPrefix = "GANTRY_GPU_MEMORY_ENFORCED_"
 )
 
 // CDIEditor produces the container edits of NVIDIA's container toolkit.
@@ -71,10 +73,14 @@ func uuidEnvSuffix(uuid string) string {
 // deviceEnv is what a container learns about its share of one device.
 func deviceEnv(d preparedDevice) []string {
 	s := uuidEnvSuffix(d.UUID)
-	return []string{
+	env := []string{
 		EnvMemoryBytesPrefix + s + "=" + strconv.FormatInt(d.MemoryBytes, 10),
 		EnvMemoryFractionPrefix + s + "=" + strconv.FormatFloat(fraction(d), 'f', 4, 64),
 	}
+	if d.isShare() {
+		env = append(env, EnvMemoryEnforcedPrefix+s+"="+strconv.FormatBool(d.Enforcement == enforcedByMPS))
+	}
+	return env
 }
 
 func fraction(d preparedDevice) float64 {
@@ -95,7 +101,7 @@ func claimDeviceEdits(editor CDIEditor, d preparedDevice, mps *mpsEdits) (cdispe
 	}
 	out := *edits
 	out.Env = append(append([]string(nil), out.Env...), deviceEnv(d)...)
-	if mps != nil {
+	if mps != nil && d.Enforcement == enforcedByMPS {
 		out.Env = append(out.Env, mps.env...)
 		out.Mounts = append(out.Mounts, mps.mounts...)
 	}
@@ -106,15 +112,12 @@ func claimDeviceEdits(editor CDIEditor, d preparedDevice, mps *mpsEdits) (cdispe
 var errNoNVML = errors.New("NVML is not available (the NVIDIA driver is absent, being upgraded, or not answering); the claim is prepared once it is back")
 
 // writeClaimSpec writes the spec for one prepared claim: one CDI device per
-// allocated GPU or MIG device, holding that device's nodes.
-func writeClaimSpec(cdiRoot string, claimUID types.UID, devs []preparedDevice, editor CDIEditor, mps func(preparedDevice) *mpsEdits) error {
+// allocated GPU or MIG device, holding that device's nodes; shares enforced
+// by the claim's MPS daemon also get its client edits (mps).
+func writeClaimSpec(cdiRoot string, claimUID types.UID, devs []preparedDevice, editor CDIEditor, mps *mpsEdits) error {
 	spec := cdispec.Spec{Kind: cdiKind}
 	for _, d := range devs {
-		var m *mpsEdits
-		if mps != nil {
-			m = mps(d)
-		}
-		edits, err := claimDeviceEdits(editor, d, m)
+		edits, err := claimDeviceEdits(editor, d, mps)
 		if err != nil {
 			return err
 		}

@@ -39,6 +39,11 @@ type preparedDevice struct {
 	MemoryBytes int64      `json:"memoryBytes"`
 	TotalBytes  int64      `json:"totalBytes"`
 	CDIDeviceID string     `json:"cdiDeviceID"`
+	// Enforcement says, for a memory share, whether its limit is enforced
+	// ("mps" or "not enforced", with EnforcementReason); "" for a device
+	// held whole.
+	Enforcement       string `json:"enforcement,omitempty"`
+	EnforcementReason string `json:"enforcementReason,omitempty"`
 }
 
 func newCheckpoint() *checkpoint {

@@ -36,8 +36,12 @@ type DriverOptions struct {
 	PluginDataDir string
 	// CDIRoot is where CDI spec files are written, e.g. /var/run/cdi.
 	CDIRoot string
-	// MPS, if set, gives each shared device the edits of its MPS daemon.
+	// MPS, if set, enforces memory shares: each claim holding shares gets
+	// an MPS daemon with its limits, and its containers the client edits.
 	MPS *MPSManager
+	// ClaimStatus, if set, says in each claim's status whether its memory
+	// shares are enforced.
+	ClaimStatus *ClaimStatusWriter
 	// Editor returns the NVIDIA CDI editor, or nil while NVML is closed
 	// (then claims can be unprepared but not newly prepared).
 	Editor func() CDIEditor
@@ -71,7 +75,29 @@ func NewDriver(opts DriverOptions) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{opts: opts, checkpointPath: path, cp: cp}, nil
+	d := &Driver{opts: opts, checkpointPath: path, cp: cp}
+	d.restartMPS()
+	return d, nil
+}
+
+// restartMPS starts again the daemons of claims prepared before a restart
+// (a container restart ends the agent's children), so that their clients'
+// next processes find them. A failure is logged: the claim stays prepared.
+func (d *Driver) restartMPS() {
+	if d.opts.MPS == nil {
+		return
+	}
+	for uid, c := range d.cp.Claims {
+		var shares []mpsShare
+		for _, pd := range c.Devices {
+			if pd.Enforcement == enforcedByMPS {
+				shares = append(shares, mpsShare{UUID: pd.UUID, Bytes: pd.MemoryBytes})
+			}
+		}
+		if err := d.opts.MPS.Start(uid, shares); err != nil {
+			klog.ErrorS(err, "Restarting the MPS daemon of a prepared claim", "claim", klog.KRef(c.Namespace, c.Name))
+		}
+	}
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin.
@@ -81,14 +107,16 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	inv := d.opts.Snapshot.Get()
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var added []types.UID
+	var fresh []*resourceapi.ResourceClaim
 	for _, claim := range claims {
-		devs, fresh, err := d.prepareClaim(claim, inv)
+		devs, isFresh, err := d.prepareClaim(claim, inv)
 		if err != nil {
 			results[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			continue
 		}
-		if fresh {
+		if isFresh {
 			added = append(added, claim.UID)
+			fresh = append(fresh, claim)
 		}
 		results[claim.UID] = kubeletplugin.PrepareResult{Devices: resultDevices(devs)}
 	}
@@ -98,9 +126,15 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			for _, uid := range added {
 				delete(d.cp.Claims, uid)
 				_ = removeCDISpec(d.opts.CDIRoot, uid)
+				if d.opts.MPS != nil {
+					_ = d.opts.MPS.Stop(uid)
+				}
 			}
 			return nil, err
 		}
+	}
+	for _, claim := range fresh {
+		d.reportShares(ctx, claim, d.cp.Claims[claim.UID].Devices)
 	}
 	return results, nil
 }
@@ -120,6 +154,10 @@ func (d *Driver) prepareClaim(claim *resourceapi.ResourceClaim, inv *gpu.Invento
 	if claim.Status.Allocation == nil {
 		return nil, false, errors.New("claim is not allocated")
 	}
+	cfg, err := shareConfig(claim)
+	if err != nil {
+		return nil, false, err
+	}
 	var devs []preparedDevice
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != names.DriverName {
@@ -134,7 +172,13 @@ func (d *Driver) prepareClaim(claim *resourceapi.ResourceClaim, inv *gpu.Invento
 	if err := d.checkCapacity(claim.UID, devs); err != nil {
 		return nil, false, err
 	}
+	if err := d.enforceShares(claim, cfg, devs); err != nil {
+		return nil, false, err
+	}
 	if err := d.writeSpecs(claim.UID, devs); err != nil {
+		if d.opts.MPS != nil {
+			_ = d.opts.MPS.Stop(claim.UID)
+		}
 		return nil, false, err
 	}
 	d.cp.Claims[claim.UID] = &preparedClaim{Namespace: claim.Namespace, Name: claim.Name, Devices: devs}
@@ -153,16 +197,9 @@ func (d *Driver) writeSpecs(claimUID types.UID, devs []preparedDevice) error {
 			return err
 		}
 	}
-	var mps func(preparedDevice) *mpsEdits
+	var mps *mpsEdits
 	if d.opts.MPS != nil {
-		for _, pd := range devs {
-			if pd.MemoryBytes < pd.TotalBytes {
-				if err := d.opts.MPS.Ensure(pd.UUID); err != nil {
-					return err
-				}
-			}
-		}
-		mps = d.opts.MPS.Edits
+		mps = d.opts.MPS.Edits(claimUID)
 	}
 	return writeClaimSpec(d.opts.CDIRoot, claimUID, devs, editor, mps)
 }
@@ -266,6 +303,13 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		if err := removeCDISpec(d.opts.CDIRoot, c.UID); err != nil {
 			results[c.UID] = err
 			continue
+		}
+		if d.opts.MPS != nil {
+			// The pod is gone, so are the daemon's clients. A daemon that
+			// does not answer is orphaned, not a reason to keep the claim.
+			if err := d.opts.MPS.Stop(c.UID); err != nil {
+				klog.FromContext(ctx).Error(err, "Stopping the MPS daemon of an unprepared claim", "claim", c.NamespacedName)
+			}
 		}
 		if pc, ok := d.cp.Claims[c.UID]; ok {
 			removed[c.UID] = pc

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -130,8 +129,11 @@ func TestPrepareShareWritesCDISpec(t *testing.T) {
 	if _, ok := env["NVIDIA_VISIBLE_DEVICES"]; ok {
 		t.Error("the claim's device sets NVIDIA_VISIBLE_DEVICES; only the common device may (to void)")
 	}
-	if _, ok := env[EnvMPSMemoryLimit]; ok {
-		t.Error("MPS limit set without MPS")
+	if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok {
+		t.Error("MPS client edits without MPS")
+	}
+	if env[EnvMemoryEnforcedPrefix+sfx] != "false" {
+		t.Errorf("%s%s=%q, want false (no MPS)", EnvMemoryEnforcedPrefix, sfx, env[EnvMemoryEnforcedPrefix+sfx])
 	}
 	var nodes []string
 	for _, n := range spec.Devices[0].ContainerEdits.DeviceNodes {
@@ -139,58 +141,6 @@ func TestPrepareShareWritesCDISpec(t *testing.T) {
 	}
 	if strings.Join(nodes, " ") != "/dev/nvidia2" {
 		t.Errorf("claim device nodes %v, want /dev/nvidia2", nodes)
-	}
-}
-
-func TestPrepareWholeGPUAndMPS(t *testing.T) {
-	e := newDriverEnv(t, "2xA10G")
-	mps := NewMPSManager(MPSOptions{Root: t.TempDir(), Control: "/driver/usr/bin/nvidia-cuda-mps-control"})
-	var started []string
-	mps.run = func(c *exec.Cmd) error {
-		started = append(started, strings.Join(c.Args, " "))
-		for _, kv := range c.Env {
-			if strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") || strings.HasPrefix(kv, "CUDA_MPS_PIPE_DIRECTORY=") {
-				started = append(started, kv)
-			}
-		}
-		return nil
-	}
-	d := e.start(t, mps)
-	whole := allocatedClaim("uid-w", "train", share{device: "gpu-0"})
-	shared := allocatedClaim("uid-s", "serve", share{device: "gpu-1", memory: "6Gi", shareID: "s1"})
-	res := prepare(t, d, whole, shared)
-	for uid, r := range res {
-		if r.Err != nil {
-			t.Fatalf("%s: %v", uid, r.Err)
-		}
-	}
-	inv := e.snapshot.Get()
-	_, env := readCDIEnv(t, e.cdiRoot, whole.UID)
-	if sfx := uuidEnvSuffix(inv.Devices[0].UUID); env[EnvMemoryFractionPrefix+sfx] != "1.0000" {
-		t.Errorf("whole GPU env %v", env)
-	}
-	if _, ok := env[EnvMPSMemoryLimit]; ok {
-		t.Error("a whole GPU got an MPS limit")
-	}
-	spec, env := readCDIEnv(t, e.cdiRoot, shared.UID)
-	uuid1 := inv.Devices[1].UUID
-	if want := uuid1 + "=6144M"; env[EnvMPSMemoryLimit] != want {
-		t.Errorf("%s=%q, want %q", EnvMPSMemoryLimit, env[EnvMPSMemoryLimit], want)
-	}
-	pipe := filepath.Join(mps.opts.Root, uuid1, "pipe")
-	if env["CUDA_MPS_PIPE_DIRECTORY"] != pipe {
-		t.Errorf("pipe directory %q, want %q", env["CUDA_MPS_PIPE_DIRECTORY"], pipe)
-	}
-	var mounted bool
-	for _, m := range spec.Devices[0].ContainerEdits.Mounts {
-		mounted = mounted || (m.HostPath == pipe && m.ContainerPath == pipe)
-	}
-	if !mounted {
-		t.Error("MPS pipe directory not mounted")
-	}
-	want := "/driver/usr/bin/nvidia-cuda-mps-control -d,CUDA_VISIBLE_DEVICES=" + uuid1 + ",CUDA_MPS_PIPE_DIRECTORY=" + pipe
-	if got := strings.Join(started, ","); got != want {
-		t.Errorf("daemons started: %s\nwant %s", got, want)
 	}
 }
 

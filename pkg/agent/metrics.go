@@ -62,6 +62,8 @@ var dcgmFields = []dcgmField{
 	{"DCGM_FI_DEV_ENC_UTIL", prometheus.GaugeValue, "Encoder utilization (in %).", u32(func(d gpu.Device) *uint32 { return d.EncoderUtilizationPercent })},
 	{"DCGM_FI_DEV_DEC_UTIL", prometheus.GaugeValue, "Decoder utilization (in %).", u32(func(d gpu.Device) *uint32 { return d.DecoderUtilizationPercent })},
 	{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", prometheus.CounterValue, "Total number of PCIe retries.", u64(func(d gpu.Device) *uint64 { return d.PCIeReplays })},
+	{"DCGM_FI_PROF_PCIE_TX_BYTES", prometheus.GaugeValue, "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", u64(func(d gpu.Device) *uint64 { return d.PCIeTxBytesPerSecond })},
+	{"DCGM_FI_PROF_PCIE_RX_BYTES", prometheus.GaugeValue, "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", u64(func(d gpu.Device) *uint64 { return d.PCIeRxBytesPerSecond })},
 	{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", prometheus.CounterValue, "Number of remapped rows for correctable errors", u64(func(d gpu.Device) *uint64 { return d.RemappedRowsCorrectable })},
 	{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", prometheus.CounterValue, "Number of remapped rows for uncorrectable errors", u64(func(d gpu.Device) *uint64 { return d.RemappedRowsUncorrectable })},
 	{"DCGM_FI_DEV_ROW_REMAP_FAILURE", prometheus.GaugeValue, "Whether remapping of rows has failed", func(d gpu.Device) (float64, bool) {
@@ -197,6 +199,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(f.name, f.help, ln, nil), f.kind, v, ls...)
 			}
 		}
+		m.collectMIG(ch, inv, d, base, names)
 		healthy := 0.0
 		if d.Health.State == gpu.Healthy {
 			healthy = 1
@@ -204,6 +207,50 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(healthyDesc, prometheus.GaugeValue, healthy, strconv.Itoa(d.Index), d.UUID, m.hostname)
 	}
 	m.collectShares(ch, inv)
+}
+
+// The DCGM exporter's labels of a MIG device's series.
+const (
+	labelMIGProfile = "GPU_I_PROFILE"
+	labelMIGID      = "GPU_I_ID"
+)
+
+var migLabels = []string{labelGPU, labelUUID, labelHostname, "mig_uuid", labelMIGProfile, labelMIGID, "GPU_CI_ID"}
+
+var (
+	migMemoryDesc = prometheus.NewDesc("gantry_gpu_mig_memory_total_bytes",
+		"Memory of one MIG device (GPU instance), in bytes; one series per MIG device of a GPU in MIG mode.", migLabels, nil)
+	migSMDesc = prometheus.NewDesc("gantry_gpu_mig_multiprocessors",
+		"Streaming multiprocessors of one MIG device (compute instance).", migLabels, nil)
+)
+
+// collectMIG serves a MIG-mode GPU's devices: the DCGM exporter's memory series
+// per GPU instance (its labels plus GPU_I_PROFILE and GPU_I_ID, as
+// dcgm-exporter labels MIG series) and Gantry's size of each MIG device.
+func (m *Metrics) collectMIG(ch chan<- prometheus.Metric, inv *gpu.Inventory, d gpu.Device, base, names []string) {
+	if !d.MIG.Enabled {
+		return
+	}
+	ln := append(append([]string(nil), names...), labelMIGProfile, labelMIGID)
+	for _, mig := range d.MIG.Devices {
+		labels := []string{strconv.Itoa(d.Index), d.UUID, m.hostname, mig.UUID, mig.Profile, strconv.Itoa(mig.GPUInstanceID), strconv.Itoa(mig.ComputeInstanceID)}
+		if mig.Memory.Known {
+			ch <- prometheus.MustNewConstMetric(migMemoryDesc, prometheus.GaugeValue, float64(mig.Memory.TotalBytes), labels...)
+		}
+		ch <- prometheus.MustNewConstMetric(migSMDesc, prometheus.GaugeValue, float64(mig.MultiprocessorCount), labels...)
+		if m.NoDCGMSeries || !mig.Memory.Known {
+			continue
+		}
+		ls := append(append([]string(nil), base...), mig.Profile, strconv.Itoa(mig.GPUInstanceID))
+		for name, v := range map[string]uint64{"DCGM_FI_DEV_FB_USED": mig.Memory.UsedBytes, "DCGM_FI_DEV_FB_FREE": mig.Memory.FreeBytes} {
+			ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, fbHelp[name], ln, nil), prometheus.GaugeValue, float64(v)/mibFloat, ls...)
+		}
+	}
+}
+
+var fbHelp = map[string]string{
+	"DCGM_FI_DEV_FB_USED": "Framebuffer memory used (in MiB).",
+	"DCGM_FI_DEV_FB_FREE": "Framebuffer memory free (in MiB).",
 }
 
 func (m *Metrics) collectShares(ch chan<- prometheus.Metric, inv *gpu.Inventory) {

@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
@@ -245,5 +247,73 @@ func TestXIDSemanticsAndDCGMSwitch(t *testing.T) {
 		if strings.HasPrefix(name, "DCGM_") {
 			t.Errorf("%s served with the DCGM series off", name)
 		}
+	}
+}
+
+// PCIe throughput and replays and the video engines follow NVML's readings,
+// in DCGM's units (bytes per second; NVML reports KB/s).
+func TestPCIeAndVideoSeriesFollowNVML(t *testing.T) {
+	f, _ := discover(t, "2xH100")
+	f.GPUs[1].SetPCIe(1000, 250, 7)
+	f.GPUs[1].SetVideoUtilization(40, 15)
+	fams := scrape(t, NewMetrics(testNode, NewSnapshot(mustRediscover(t, f)), nil, nil))
+	for name, want := range map[string]float64{
+		"DCGM_FI_PROF_PCIE_TX_BYTES":      1000 * 1024,
+		"DCGM_FI_PROF_PCIE_RX_BYTES":      250 * 1024,
+		"DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 7,
+		"DCGM_FI_DEV_ENC_UTIL":            40,
+		"DCGM_FI_DEV_DEC_UTIL":            15,
+	} {
+		s := find(t, fams, name, map[string]string{"gpu": "1"})
+		if len(s) != 1 || value(s[0]) != want {
+			t.Errorf("%s of gpu 1: %v, want %v", name, s, want)
+		}
+		if s := find(t, fams, name, map[string]string{"gpu": "0"}); len(s) != 1 || value(s[0]) != 0 {
+			t.Errorf("%s of gpu 0: %v, want 0", name, s)
+		}
+	}
+}
+
+// An A100 in MIG mode: one memory series per MIG device, labelled as
+// dcgm-exporter labels MIG series (GPU_I_PROFILE, GPU_I_ID), and Gantry's
+// size of each MIG device; none for GPUs not in MIG mode.
+func TestMIGSeries(t *testing.T) {
+	f, _ := discover(t, "2xA100")
+	if err := f.GPUs[1].EnableMIG(nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	f.GPUs[1].SetMIGMemoryUsed(0, 3<<30)
+	inv := mustRediscover(t, f)
+	fams := scrape(t, NewMetrics(testNode, NewSnapshot(inv), nil, nil))
+	migs := inv.Devices[1].MIG.Devices
+	if len(migs) != 2 {
+		t.Fatalf("%d MIG devices", len(migs))
+	}
+	for i, m := range migs {
+		want := map[string]string{"gpu": "1", "GPU_I_PROFILE": m.Profile, "GPU_I_ID": fmt.Sprint(m.GPUInstanceID)}
+		used := find(t, fams, "DCGM_FI_DEV_FB_USED", want)
+		if len(used) != 1 {
+			t.Fatalf("FB_USED of MIG %s: %v", m.Profile, used)
+		}
+		wantUsed := 0.0
+		if i == 0 {
+			wantUsed = 3 << 10
+		}
+		if value(used[0]) != wantUsed {
+			t.Errorf("FB_USED of MIG %s = %v MiB, want %v", m.Profile, value(used[0]), wantUsed)
+		}
+		if free := find(t, fams, "DCGM_FI_DEV_FB_FREE", want); len(free) != 1 || value(free[0]) != float64(m.Memory.FreeBytes)/(1<<20) {
+			t.Errorf("FB_FREE of MIG %s: %v", m.Profile, free)
+		}
+		total := find(t, fams, "gantry_gpu_mig_memory_total_bytes", map[string]string{"gpu": "1", "mig_uuid": m.UUID, "GPU_I_PROFILE": m.Profile})
+		if len(total) != 1 || value(total[0]) != float64(m.Memory.TotalBytes) || m.Memory.TotalBytes == 0 {
+			t.Errorf("MIG %s size: %v, want %d", m.Profile, total, m.Memory.TotalBytes)
+		}
+	}
+	if n := len(fams["gantry_gpu_mig_memory_total_bytes"].GetMetric()); n != 2 {
+		t.Errorf("%d MIG size series, want 2 (GPU 0 is not in MIG mode)", n)
+	}
+	if n := len(fams["gantry_gpu_mig_multiprocessors"].GetMetric()); n != 2 {
+		t.Errorf("%d MIG multiprocessor series, want 2", n)
 	}
 }

@@ -96,11 +96,7 @@ func commonAttributes(inv *gpu.Inventory, d gpu.Device, typ, uuid string) map[re
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"type":         {StringValue: ptr.To(typ)},
 		"uuid":         {StringValue: ptr.To(uuid)},
-		"index":        {IntValue: ptr.To(int64(d.Index))},
 		"architecture": {StringValue: ptr.To(d.Architecture)},
-	}
-	if d.Minor >= 0 {
-		attrs["minor"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.Minor))}
 	}
 	if d.ProductName != "" {
 		attrs["productName"] = resourceapi.DeviceAttribute{StringValue: ptr.To(d.ProductName)}
@@ -131,6 +127,10 @@ func commonAttributes(inv *gpu.Inventory, d gpu.Device, typ, uuid string) map[re
 
 func buildDevice(inv *gpu.Inventory, d gpu.Device) resourceapi.Device {
 	attrs := commonAttributes(inv, d, DeviceTypeGPU, d.UUID)
+	attrs["index"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.Index))}
+	if d.Minor >= 0 {
+		attrs["minor"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(d.Minor))}
+	}
 	if d.MIG.Capable {
 		attrs["migEnabled"] = resourceapi.DeviceAttribute{BoolValue: ptr.To(d.MIG.Enabled)}
 	}
@@ -163,6 +163,9 @@ func buildDevice(inv *gpu.Inventory, d gpu.Device) resourceapi.Device {
 // the instance's, and it is not shared between claims.
 func buildMIGDevice(inv *gpu.Inventory, parent gpu.Device, m gpu.MIGDevice) resourceapi.Device {
 	attrs := commonAttributes(inv, parent, DeviceTypeMIG, m.UUID)
+	// As NVIDIA's driver: index is the MIG device's own, parentIndex the GPU's.
+	attrs["index"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(m.Index))}
+	attrs["parentIndex"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(parent.Index))}
 	attrs["parentUUID"] = resourceapi.DeviceAttribute{StringValue: ptr.To(parent.UUID)}
 	attrs["profile"] = resourceapi.DeviceAttribute{StringValue: ptr.To(m.Profile)}
 	qty := func(n int64) resourceapi.DeviceCapacity {

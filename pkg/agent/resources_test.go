@@ -124,6 +124,13 @@ func TestMIGDevicesArePublished(t *testing.T) {
 			*a["profile"].StringValue != m.Profile || *a["architecture"].StringValue != "Ampere" || *a["productName"].StringValue != parent.ProductName {
 			t.Errorf("%s attributes %v", d.Name, a)
 		}
+		// NVIDIA's driver: index is the MIG device's, parentIndex the GPU's, no minor.
+		if *a["index"].IntValue != int64(m.Index) || *a["parentIndex"].IntValue != 5 {
+			t.Errorf("%s index %d parentIndex %d, want %d and 5", d.Name, *a["index"].IntValue, *a["parentIndex"].IntValue, m.Index)
+		}
+		if _, ok := a["minor"]; ok {
+			t.Errorf("%s has a minor; NVIDIA's driver publishes none for MIG devices", d.Name)
+		}
 		if mem := d.Capacity[MemoryCapacity].Value; mem.Value() != int64(m.Memory.TotalBytes) || m.Memory.TotalBytes == 0 {
 			t.Errorf("%s memory %s, want %d", d.Name, mem.String(), m.Memory.TotalBytes)
 		}

@@ -92,16 +92,21 @@ func Run(ctx context.Context, o Options) error {
 
 	// The default queue (pkg/bootstrap, the one path that creates it): the chart's
 	// spec in GANTRY_DEFAULT_QUEUE, else the built-in one (sandbox, tests). Created in
-	// the background, retrying while the Queue webhook is not served yet.
-	q, err := bootstrap.QueueFromEnvOr(o.Config.DefaultQueueName())
-	if err != nil {
-		return err
-	}
-	go func() {
-		if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Cannot create the default queue; pods with no queue label are charged nowhere")
+	// the background, retrying while the Queue webhook is not served yet; not at all
+	// with createDefaultQueue: false. Until it exists, pods with no queue label wait.
+	if o.Config.CreatesDefaultQueue() {
+		q, err := bootstrap.QueueFromEnvOr(o.Config.DefaultQueueName())
+		if err != nil {
+			return err
 		}
-	}()
+		go func() {
+			if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil && ctx.Err() == nil {
+				klog.ErrorS(err, "Cannot create the default queue; pods with no queue label wait until it exists", "queue", q.Name)
+			}
+		}()
+	} else {
+		klog.InfoS("Not creating the default queue (createDefaultQueue: false); pods with no queue label wait until it exists", "queue", o.Config.DefaultQueueName())
+	}
 	lookup := informers.NewObjectLookup()
 	c := cache.New(o.SchedulerNames, lookup, o.Config.DefaultQueueName())
 	c.SetTimeouts(cache.Timeouts{BelowMinimum: o.Config.GangBelowMinimumGrace.Duration, Incomplete: o.Config.IncompleteGangTimeout.Duration})
@@ -120,6 +125,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	eb.StartRecordingToSink(ctx.Done())
 	defer eb.Shutdown()
+	scheduled := dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup, m.EventDropped)
+	go scheduled.Run(ctx)
 	var cycled func(time.Time)
 	if o.Liveness != nil {
 		o.Liveness.started(time.Now(), inf.WaitingPods)
@@ -128,7 +135,7 @@ func Run(ctx context.Context, o Options) error {
 	runner := dispatch.New(c, sched, client, recorder, m, dispatch.Options{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
 		Cycled: cycled,
-		Events: dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup),
+		Events: scheduled,
 	})
 	status := report.New(c, sched, dyn, m, lookup.PodGroups, runner.Pending)
 	go status.Run(ctx, 2*time.Second)

@@ -32,10 +32,13 @@ type Config struct {
 	// BindWorkers is how many bindings are in flight at once (default 64).
 	BindWorkers int `json:"bindWorkers,omitempty"`
 	// DefaultQueue is the queue that pods with no queue label are charged to, so that
-	// its quota and limit apply to them (default "default", the queue the chart
-	// creates, as in KAI Scheduler). The scheduler creates it at start when it is
-	// missing.
+	// its quota and limit apply to them (default "default", as in KAI Scheduler).
+	// While it does not exist they wait, with a reason that names it.
 	DefaultQueue string `json:"defaultQueue,omitempty"`
+	// CreateDefaultQueue: the scheduler creates DefaultQueue at start when it is
+	// missing (default true; pkg/bootstrap). false leaves it to the cluster admin
+	// (the chart's defaultQueue.create=false, a GitOps repository that owns it).
+	CreateDefaultQueue *bool `json:"createDefaultQueue,omitempty"`
 	// GangBelowMinimumGrace is how long a running gang that lost members below its
 	// minimum (with their node, say) may wait for them before the rest is evicted,
 	// so that it restarts whole (default 10s).
@@ -56,6 +59,9 @@ func (c Config) DefaultQueueName() string {
 	}
 	return c.DefaultQueue
 }
+
+// CreatesDefaultQueue is CreateDefaultQueue with its default.
+func (c Config) CreatesDefaultQueue() bool { return c.CreateDefaultQueue == nil || *c.CreateDefaultQueue }
 
 // Duration is a time.Duration written as "30s" or "5m".
 type Duration struct{ time.Duration }
@@ -85,6 +91,12 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("read config: %w", err)
 	}
+	return parseConfig(path, b)
+}
+
+// parseConfig reads a policy file's contents; path names it in errors.
+func parseConfig(path string, b []byte) (Config, error) {
+	var cfg Config
 	// Keys are matched exactly: encoding/json would take "minRunTime" for
 	// "minRuntime", and a key that only looks right must not be accepted.
 	js, err := yaml.YAMLToJSON(b)
@@ -96,7 +108,7 @@ func LoadConfig(path string) (Config, error) {
 		err = errors.Join(strictErrs...)
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers, defaultQueue, gangBelowMinimumGrace, incompleteGangTimeout)", path, err)
+		return cfg, fmt.Errorf("config %s: %w (known keys: policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers, defaultQueue, gangBelowMinimumGrace, incompleteGangTimeout, stallTimeout)", path, err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
@@ -134,6 +146,7 @@ func (c Config) Validate() error {
 		{"minRuntime", c.MinRuntime.Duration, "0s, no protection"},
 		{"gangBelowMinimumGrace", c.GangBelowMinimumGrace.Duration, "10s"},
 		{"incompleteGangTimeout", c.IncompleteGangTimeout.Duration, "10m"},
+		{"stallTimeout", c.StallTimeout.Duration, "3m"},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s is negative: write a duration of 0s or more such as \"5m\", or leave it out for the default (%s)", d.key, d.v, d.def))
@@ -143,7 +156,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("evictionQPS: %v: write a positive number of evictions per second, or leave it out for the default (10)", c.EvictionQPS))
 	}
 	if c.EvictionBurst < 0 {
-		errs = append(errs, fmt.Errorf("evictionBurst: %d is negative: write a positive whole number, or leave it out for the default (20)", c.EvictionBurst))
+		errs = append(errs, fmt.Errorf("evictionBurst: %d is negative: write a positive whole number, or leave it out for the default (100)", c.EvictionBurst))
 	}
 	if c.BindWorkers < 0 || c.BindWorkers > maxBindWorkers {
 		errs = append(errs, fmt.Errorf("bindWorkers: %d: write a whole number from 1 to %d, or leave it out for the default (64)", c.BindWorkers, maxBindWorkers))

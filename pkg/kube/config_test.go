@@ -25,8 +25,12 @@ func TestLoadConfig(t *testing.T) {
 	if cfg.Policy != "bestfit" || cfg.PreemptionEnabled() || cfg.MinRuntime.Duration != 90*time.Second || cfg.EvictionQPS != 5 {
 		t.Errorf("config = %+v", cfg)
 	}
-	if def, _ := LoadConfig(""); !def.PreemptionEnabled() || def.Policy != "" {
-		t.Errorf("defaults = %+v, want preemption on and the default policy", def)
+	if def, _ := LoadConfig(""); !def.PreemptionEnabled() || def.Policy != "" || !def.CreatesDefaultQueue() || def.DefaultQueueName() != "default" {
+		t.Errorf("defaults = %+v, want preemption on, the default policy, the default queue created", def)
+	}
+	cfg, err = LoadConfig(writeConfig(t, "defaultQueue: team-default\ncreateDefaultQueue: false\n"))
+	if err != nil || cfg.CreatesDefaultQueue() || cfg.DefaultQueueName() != "team-default" {
+		t.Errorf("createDefaultQueue: false: %+v, %v", cfg, err)
 	}
 }
 
@@ -58,6 +62,7 @@ func TestLoadConfigRefusesBadValues(t *testing.T) {
 		{"evictionBurst: -20\n", []string{"evictionBurst: -20 is negative"}},
 		{"gangBelowMinimumGrace: -1s\n", []string{"gangBelowMinimumGrace: -1s is negative"}},
 		{"incompleteGangTimeout: -10m\n", []string{"incompleteGangTimeout: -10m0s is negative"}},
+		{"stallTimeout: -5m\n", []string{"stallTimeout: -5m0s is negative"}}, // FuzzSchedulerConfig
 		{"policy: best-fit\n", []string{"policy:", "best-fit", "bestfit"}},
 		{"defaultQueue: Team A\n", []string{"defaultQueue: \"Team A\" is not a Queue name"}},
 		{"evictionQPS: .nan\n", []string{"finite"}},

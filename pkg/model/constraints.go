@@ -182,6 +182,10 @@ type DelayedClaim struct {
 	Provisioner string
 	// AllowedTopologies is the class's allowedTopologies; empty admits every node.
 	AllowedTopologies []corev1.TopologySelectorTerm
+	// SelectedNode is the claim's volume.kubernetes.io/selected-node annotation: a
+	// volume is being provisioned for that node, so no other node can provision
+	// one (kube-scheduler's VolumeBinding reads it the same way). Empty when unset.
+	SelectedNode string
 	// DriverTopologyKeys, when the provisioner is a CSI driver with topology, are the
 	// node label keys the driver reports (CSINode drivers[].topologyKeys): a node
 	// that lacks one cannot host a new volume.

@@ -61,6 +61,10 @@ type GPU struct {
 	// scheduler's view (another scheduler, a leaking process) uses the GPU.
 	LiveFreeBytes int64
 	Healthy       bool
+	// Partition marks a MIG device: it is taken whole, and only by a claim whose
+	// devices the structured allocator chose (Pod.DeviceChoices); the core places
+	// no count or share on it by itself.
+	Partition bool
 }
 
 // UnknownBytes marks a memory figure that no one has measured.
@@ -118,7 +122,7 @@ func (n *Node) Free() Resources { return n.Allocatable.Sub(n.Requested) }
 func (n *Node) IdleGPUs() int {
 	c := 0
 	for i := range n.GPUs {
-		if n.GPUs[i].Healthy && n.GPUs[i].Idle() {
+		if n.GPUs[i].Healthy && !n.GPUs[i].Partition && n.GPUs[i].Idle() {
 			c++
 		}
 	}

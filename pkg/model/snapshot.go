@@ -90,8 +90,9 @@ type Snapshot struct {
 	// means every gang is looked at.
 	PendingGangs map[GangID]struct{}
 	// DefaultQueue is the queue that pods and gangs with no queue are charged to (the
-	// scheduler's config names it); empty, or a queue not in Queues, leaves them
-	// uncharged.
+	// scheduler's config names it); empty leaves them uncharged. While it is not in
+	// Queues (an admin deleted it, or the install leaves creating it to them), work
+	// with no queue waits, as work in any missing queue does: it never escapes quota.
 	DefaultQueue string
 	// NamespaceLabels are the labels of each namespace, for affinity terms with a
 	// namespaceSelector; nil when no such term is in use.
@@ -141,9 +142,9 @@ func (s *Snapshot) NodeIndex(name string) int {
 }
 
 // QueueOf is the queue work labelled with queue is charged to: queue itself, or
-// DefaultQueue for work with none when that queue exists.
+// DefaultQueue for work with none, whether or not that queue exists.
 func (s *Snapshot) QueueOf(queue string) string {
-	if queue == "" && s.DefaultQueue != "" && s.Queues[s.DefaultQueue] != nil {
+	if queue == "" && s.DefaultQueue != "" {
 		return s.DefaultQueue
 	}
 	return queue

@@ -373,7 +373,7 @@ func (s *constraintState) localMisfit(n *model.Node) misfit {
 		return misfitHostPort
 	}
 	if s.c.Volumes != nil {
-		return volumeMisfit(n, s.c.Volumes)
+		return volumeMisfit(n, s.c.Volumes, s.v.volumeTaken)
 	}
 	return fits
 }

@@ -12,14 +12,14 @@ import (
 // volumeMisfit checks the pod's volumes against n: bound volumes' node affinity and
 // zone labels (VolumeBinding, VolumeZone), a volume for each WaitForFirstConsumer
 // claim (VolumeBinding), and the CSI drivers' attach limits (NodeVolumeLimits).
-func volumeMisfit(n *model.Node, v *model.VolumeNeeds) misfit {
+func volumeMisfit(n *model.Node, v *model.VolumeNeeds, taken func(string) bool) misfit {
 	for i := range v.Bound {
 		if !volumeAdmits(n, &v.Bound[i]) {
 			return misfitVolumeNode
 		}
 	}
 	if len(v.Delayed) > 0 {
-		if _, ok := VolumesFor(n, v.Delayed); !ok {
+		if _, ok := VolumesFor(n, v.Delayed, taken); !ok {
 			return misfitVolumeBinding
 		}
 	}
@@ -79,10 +79,11 @@ func gaZoneLabel(key string) string {
 }
 
 // canProvision reports whether a new volume can be provisioned on n for a
-// WaitForFirstConsumer claim: its class has a provisioner, and the class's
-// allowedTopologies and the driver's topology keys admit n.
+// WaitForFirstConsumer claim: its class has a provisioner, no other node is
+// selected for it already, and the class's allowedTopologies and the driver's
+// topology keys admit n.
 func canProvision(n *model.Node, c *model.DelayedClaim) bool {
-	if c.Provisioner == "" {
+	if c.Provisioner == "" || (c.SelectedNode != "" && c.SelectedNode != n.Name) {
 		return false
 	}
 	if len(c.AllowedTopologies) > 0 && !matchTopology(c.AllowedTopologies, n.Labels) {
@@ -155,19 +156,22 @@ func matchTopology(terms []corev1.TopologySelectorTerm, nodeLabels map[string]st
 
 // VolumesFor says how each of a pod's WaitForFirstConsumer claims gets its volume
 // on node n, as kube-scheduler's volume binder decides it: in order, each claim
-// takes the first of its available volumes that admits n and that no earlier claim
-// of the pod took (volumes[i] is its name), else a new volume is provisioned on n
-// (volumes[i] is "") where the claim's class can provision there. ok is false when
-// some claim can have neither: two claims cannot share one available volume.
-func VolumesFor(n *model.Node, claims []model.DelayedClaim) (volumes []string, ok bool) {
+// takes the first of its available volumes that admits n, that no earlier claim
+// of the pod took and that taken (nil: none) does not report taken by another pod
+// (volumes[i] is its name), else a new volume is provisioned on n (volumes[i] is
+// "") where the claim's class can provision there. ok is false when some claim can
+// have neither: two claims cannot share one available volume.
+func VolumesFor(n *model.Node, claims []model.DelayedClaim, taken func(string) bool) (volumes []string, ok bool) {
 	volumes = make([]string, len(claims))
 	for i := range claims {
 		c := &claims[i]
 		for j := range c.Available {
-			if b := &c.Available[j]; !slices.Contains(volumes[:i], b.Volume) && volumeAdmits(n, b) {
-				volumes[i] = b.Volume
-				break
+			b := &c.Available[j]
+			if slices.Contains(volumes[:i], b.Volume) || (taken != nil && taken(b.Volume)) || !volumeAdmits(n, b) {
+				continue
 			}
+			volumes[i] = b.Volume
+			break
 		}
 		if volumes[i] != "" {
 			continue
@@ -177,4 +181,55 @@ func VolumesFor(n *model.Node, claims []model.DelayedClaim) (volumes []string, o
 		}
 	}
 	return volumes, true
+}
+
+// delayedClaims are the pod's WaitForFirstConsumer claims, or nil.
+func delayedClaims(p *model.Pod) []model.DelayedClaim {
+	if p.Constraints == nil || p.Constraints.Volumes == nil {
+		return nil
+	}
+	return p.Constraints.Volumes.Delayed
+}
+
+// claimVolumes is Placement.Volumes for pod on n in v: VolumesFor, skipping the
+// volumes taken in v.
+func (v *View) claimVolumes(p *model.Pod, n *model.Node) []string {
+	claims := delayedClaims(p)
+	if len(claims) == 0 {
+		return nil
+	}
+	volumes, _ := VolumesFor(n, claims, v.volumeTaken)
+	return volumes
+}
+
+// volumeTaken reports whether a pod assigned in v or an ancestor took the volume.
+func (v *View) volumeTaken(pv string) bool {
+	for x := v; x != nil; x = x.parent {
+		if _, ok := x.volumes[pv]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// takeVolumes records the available volumes p takes at pl (pl.Volumes, or, for a
+// placement made without them, VolumesFor on n now) as taken in v.
+func (v *View) takeVolumes(p *model.Pod, n *model.Node, pl Placement) {
+	claims := delayedClaims(p)
+	if len(claims) == 0 {
+		return
+	}
+	volumes := pl.Volumes
+	if len(volumes) != len(claims) {
+		volumes, _ = VolumesFor(n, claims, v.volumeTaken)
+	}
+	for _, pv := range volumes {
+		if pv == "" {
+			continue
+		}
+		if v.volumes == nil {
+			v.volumes = map[string]struct{}{}
+		}
+		v.volumes[pv] = struct{}{}
+	}
 }

@@ -311,7 +311,7 @@ const (
 // demand d: a whole GPU must be idle; a share must fit in the memory not booked
 // (so shares never add up above the GPU's memory) and never joins a GPU held whole.
 func gpuFit(g *model.GPU, d model.GPUDemand) gpuVerdict {
-	if !g.Healthy {
+	if !g.Healthy || g.Partition {
 		return gpuTaken
 	}
 	if d.Whole() {
@@ -412,7 +412,7 @@ func mostFreeBytes(n *model.Node, d model.GPUDemand) int64 {
 	var most int64
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
-		if d.AcceptsModel(g.Model) && g.Healthy {
+		if d.AcceptsModel(g.Model) && g.Healthy && !g.Partition {
 			most = max(most, g.FreeBytes())
 		}
 	}

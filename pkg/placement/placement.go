@@ -16,6 +16,10 @@ type Placement struct {
 	// GPUs are the GPUs (or shares of them) the pod takes on Node; empty for a pod
 	// that asks for no GPU.
 	GPUs []model.GPUBinding
+	// Volumes are the available PersistentVolumes the pod's WaitForFirstConsumer
+	// claims take on Node, in claim order ("" where a volume is to be provisioned
+	// there); nil when the pod has no such claim. See VolumesFor.
+	Volumes []string
 }
 
 // Unschedulable says why a pod or gang cannot be placed, in a user's words, e.g.

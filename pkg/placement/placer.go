@@ -248,10 +248,13 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 		return Placement{}, p.unschedulable(v, q, cs)
 	}
 	n := v.nodes[best]
+	pl := Placement{Pod: pod.ID, Node: n.Name, Volumes: v.claimVolumes(pod, n)}
 	if q.chosen != nil {
-		return Placement{Pod: pod.ID, Node: n.Name, GPUs: append([]model.GPUBinding(nil), q.chosen[n.Name]...)}, nil
+		pl.GPUs = append([]model.GPUBinding(nil), q.chosen[n.Name]...)
+	} else {
+		pl.GPUs = bindGPUs(n, pod.GPU, bestGPU)
 	}
-	return Placement{Pod: pod.ID, Node: n.Name, GPUs: bindGPUs(n, pod.GPU, bestGPU)}, nil
+	return pl, nil
 }
 
 func (p *Placer) unschedulable(v *View, q *podQuery, cs *constraintState) *Unschedulable {
@@ -536,7 +539,7 @@ func kindsOf(s *model.Snapshot) nodeKinds {
 		k.totalGPUs += len(n.GPUs)
 		key := fmt.Sprint(n.Allocatable, n.GPUsByCountOnly)
 		for i := range n.GPUs {
-			key += fmt.Sprintf("|%s/%d", n.GPUs[i].Model, n.GPUs[i].MemoryBytes)
+			key += fmt.Sprintf("|%s/%d/%t", n.GPUs[i].Model, n.GPUs[i].MemoryBytes, n.GPUs[i].Partition)
 		}
 		if i, ok := index[key]; ok {
 			k.gpus[i] += len(n.GPUs)
@@ -544,7 +547,7 @@ func kindsOf(s *model.Snapshot) nodeKinds {
 		}
 		empty := &model.Node{Allocatable: n.Allocatable, GPUsByCountOnly: n.GPUsByCountOnly, GPUs: make([]model.GPU, len(n.GPUs))}
 		for i, g := range n.GPUs {
-			empty.GPUs[i] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true}
+			empty.GPUs[i] = model.GPU{Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, LiveFreeBytes: model.UnknownBytes, Healthy: true, Partition: g.Partition}
 		}
 		index[key] = len(k.nodes)
 		k.nodes = append(k.nodes, empty)

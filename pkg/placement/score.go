@@ -74,7 +74,7 @@ func (p *Placer) fragOf(c *nodeCache, n *model.Node) float64 {
 		free := n.Free()
 		p.wfit = p.workload.fitWeights(free.MilliCPU, free.MemoryBytes, p.wfit)
 		p.slots = loadSlots(n, p.slots)
-		c.frag = p.workload.fragmentation(p.slots, n.GPUsByCountOnly, p.wfit, free.MilliCPU, free.MemoryBytes)
+		c.frag = p.workload.fragmentation(p.slots, n.GPUsByCountOnly, p.wfit, free.MilliCPU, free.MemoryBytes, ratiosOf(n))
 		c.fragValid = true
 	}
 	return c.frag
@@ -90,7 +90,7 @@ func (f *fgdPolicy) rank(p *Placer, c *nodeCache, n *model.Node, q *podQuery) (r
 	d := q.demand
 	// score ranks the node with slots as they would be after the placement.
 	score := func() rank {
-		after := p.workload.fragmentation(slots, n.GPUsByCountOnly, p.wfit, cpuAfter, memAfter)
+		after := p.workload.fragmentation(slots, n.GPUsByCountOnly, p.wfit, cpuAfter, memAfter, ratiosOf(n))
 		return f.score(before, after, slots, n, q)
 	}
 

@@ -57,7 +57,7 @@ func TestFragmentation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := compileWorkload(tt.shapes, nil, clusterCapacity{}, false, 0)
 			wfit := w.fitWeights(math.MaxInt64, math.MaxInt64, nil)
-			if got := w.fragmentation(tt.slots, false, wfit, math.MaxInt64, math.MaxInt64); math.Abs(got-tt.want) > 1e-9 {
+			if got := w.fragmentation(tt.slots, false, wfit, math.MaxInt64, math.MaxInt64, nodeRatios{}); math.Abs(got-tt.want) > 1e-9 {
 				t.Fatalf("fragmentation = %v, want %v", got, tt.want)
 			}
 		})
@@ -70,11 +70,11 @@ func TestFragmentationCountsGPUsStrandedByCPU(t *testing.T) {
 	slots := []gpuSlot{{memory: 1000, free: 1000, idle: true}, {memory: 1000, free: 1000, idle: true}}
 	// 8 cores feed one of the two idle GPUs at the mix's 8 cores per GPU.
 	wfit := w.fitWeights(8000, math.MaxInt64, nil)
-	if got := w.fragmentation(slots, false, wfit, 8000, math.MaxInt64); got != 1000 {
+	if got := w.fragmentation(slots, false, wfit, 8000, math.MaxInt64, nodeRatios{}); got != 1000 {
 		t.Fatalf("fragmentation with CPU for one GPU = %v, want 1000", got)
 	}
 	wfit = w.fitWeights(16000, math.MaxInt64, nil)
-	if got := w.fragmentation(slots, false, wfit, 16000, math.MaxInt64); got != 0 {
+	if got := w.fragmentation(slots, false, wfit, 16000, math.MaxInt64, nodeRatios{}); got != 0 {
 		t.Fatalf("fragmentation with CPU for both GPUs = %v, want 0", got)
 	}
 }

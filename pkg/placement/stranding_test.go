@@ -68,3 +68,40 @@ func TestCPUOnlyPodsDoNotBreakWholeNodes(t *testing.T) {
 			pl.Node, u, p.workload.cpuPerMilli)
 	}
 }
+
+// TestModelBoundNodesDoNotPullOtherPods: a P100 node with 8 cores per GPU, which
+// some pods of the mix require, and a half-used G2 node with CPU to spare; the mix
+// asks 12 cores per GPU. Measured at the mix's 12, the empty P100 node is short of
+// CPU for a third of its GPUs, and a pod that may run anywhere, with little CPU, is
+// pulled there to "feed" them, taking a GPU from the pods that can run nowhere else
+// (openb's gpuspec families). Measured at its own 8 cores per GPU, it is not short,
+// and the pod goes to the G2 node.
+func TestModelBoundNodesDoNotPullOtherPods(t *testing.T) {
+	p100 := gpuNode("p100", 2, "P100", 16<<30)
+	p100.Allocatable = model.Resources{MilliCPU: 16000, MemoryBytes: 120 << 30, Pods: 110}
+	g2 := gpuNode("g2", 8, "G2", 32<<30)
+	g2.Allocatable = model.Resources{MilliCPU: 96000, MemoryBytes: 384 << 30, Pods: 110}
+	for i := 0; i < 4; i++ {
+		g2.GPUs[i].Exclusive, g2.GPUs[i].AllocatedBytes = true, 32<<30
+	}
+	g2.Requested.MilliCPU = 40000
+	bound := model.GPUDemand{Count: 1, Models: []string{"P100"}}
+	mix := []Shape{
+		{Requests: model.Resources{MilliCPU: 12000, MemoryBytes: 1 << 30}, GPU: model.GPUDemand{Count: 1}, Weight: 70},
+		{Requests: model.Resources{MilliCPU: 12000, MemoryBytes: 1 << 30}, GPU: bound, Weight: 10},
+	}
+	p, _ := New("")
+	p.SetWorkload(mix)
+	pl, u := p.PlacePod(NewView(snapshotOf(p100, g2)), gpuPod("light", 1, 2000, 1<<30))
+	if u != nil || pl.Node != "g2" {
+		t.Fatalf("a one-GPU, 2-core pod that may run anywhere went to %q (%v), want g2: the P100 node is kept for the pods that need P100", pl.Node, u)
+	}
+
+	// Without model-bound pods in the mix, the pull stays: the P100 node is the
+	// place for CPU-light pods.
+	p.SetWorkload(mix[:1])
+	pl, u = p.PlacePod(NewView(snapshotOf(p100, g2)), gpuPod("light", 1, 2000, 1<<30))
+	if u != nil || pl.Node != "p100" {
+		t.Fatalf("with no model-bound pods, a one-GPU, 2-core pod went to %q (%v), want p100, the node short of CPU", pl.Node, u)
+	}
+}

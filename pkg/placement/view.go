@@ -32,6 +32,11 @@ type View struct {
 	// softTainted is true when a node has a PreferNoSchedule taint, which every pod
 	// that does not tolerate it is scored against.
 	softTainted bool
+	// volumes are the available PersistentVolumes that pods assigned in this view
+	// took for their WaitForFirstConsumer claims (Placement.Volumes), so that no
+	// other pod of the cycle takes one again; a fork's reach its parent on Commit,
+	// and volumeTaken looks up the ancestors too.
+	volumes map[string]struct{}
 }
 
 // NewView returns a root view of s. Committing it writes the changed nodes into s.
@@ -97,6 +102,15 @@ func (v *View) Commit() {
 	}
 	v.touched = v.touched[:0]
 	clear(v.touchedSet)
+	if v.parent != nil && len(v.volumes) > 0 {
+		if v.parent.volumes == nil {
+			v.parent.volumes = map[string]struct{}{}
+		}
+		for pv := range v.volumes {
+			v.parent.volumes[pv] = struct{}{}
+		}
+		clear(v.volumes)
+	}
 }
 
 // Node returns the named node's current state, or nil. Callers must not modify it.
@@ -126,6 +140,7 @@ func (v *View) Assign(p *model.Pod, pl Placement) {
 			panic(fmt.Sprintf("placement: assign %s: node %s has no GPU %d", p.ID, pl.Node, b.Index))
 		}
 	}
+	v.takeVolumes(p, n, pl)
 	n.Book(p, pl.GPUs)
 	v.setNode(i, n)
 }

@@ -27,8 +27,10 @@ type Lookup interface {
 	Claim(namespace, name string) *corev1.PersistentVolumeClaim
 	Volume(name string) *corev1.PersistentVolume
 	StorageClass(name string) *storagev1.StorageClass
-	// AvailableVolumes lists the PersistentVolumes of a storage class that no claim
-	// holds (status.phase Available, no claimRef).
+	// AvailableVolumes lists the PersistentVolumes of a storage class in
+	// status.phase Available: those no claim holds (no claimRef), and those the
+	// scheduler pre-bound to a claim (claimRef set) that the PV controller has not
+	// bound yet.
 	AvailableVolumes(class string) []*corev1.PersistentVolume
 	// DriverTopologyKeys are the topology keys the CSI driver reports on nodes
 	// (CSINode spec.drivers[].topologyKeys), nil when it reports none.

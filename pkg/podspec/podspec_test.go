@@ -28,7 +28,7 @@ func (f *fakeLookup) StorageClass(name string) *storagev1.StorageClass { return 
 func (f *fakeLookup) AvailableVolumes(class string) []*corev1.PersistentVolume {
 	var out []*corev1.PersistentVolume
 	for _, v := range f.volumes {
-		if v.Spec.StorageClassName == class && v.Spec.ClaimRef == nil {
+		if v.Spec.StorageClassName == class {
 			out = append(out, v)
 		}
 	}
@@ -167,6 +167,42 @@ func TestVolumes(t *testing.T) {
 		if len(c.Refusals) != 1 || c.Refusals[0].Kind != model.RefusalVolume || !strings.Contains(c.Refusals[0].Message, want) {
 			t.Errorf("claim %s: refusals %v, want one volume refusal saying %q", claim, c.Refusals, want)
 		}
+	}
+}
+
+// A claim with a volume pre-bound to it (a placement whose pod was not bound, not
+// undone) takes that volume only; a claim with a selected node is provisioned,
+// not matched to an available volume (kube-scheduler's FindPodVolumes).
+func TestPreBoundVolumeAndSelectedNode(t *testing.T) {
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	class := "fast"
+	spec := corev1.PersistentVolumeClaimSpec{StorageClassName: &class}
+	pv := func(name string, ref *corev1.ObjectReference) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{StorageClassName: class, ClaimRef: ref}}
+	}
+	l := &fakeLookup{
+		claims: map[string]*corev1.PersistentVolumeClaim{
+			"ns/pre": {ObjectMeta: metav1.ObjectMeta{Name: "pre", Namespace: "ns", UID: "c-pre"}, Spec: spec},
+			"ns/sel": {ObjectMeta: metav1.ObjectMeta{Name: "sel", Namespace: "ns", Annotations: map[string]string{AnnotationSelectedNode: "n1"}}, Spec: spec},
+		},
+		volumes: map[string]*corev1.PersistentVolume{
+			"free":   pv("free", nil),
+			"taken":  pv("taken", &corev1.ObjectReference{Namespace: "ns", Name: "pre", UID: "c-pre"}),
+			"others": pv("others", &corev1.ObjectReference{Namespace: "ns", Name: "someone"}),
+		},
+		classes: map[string]*storagev1.StorageClass{class: {ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: "d", VolumeBindingMode: &wffc}},
+	}
+	p := pod()
+	p.Spec.Volumes = []corev1.Volume{claimVolume("pre"), claimVolume("sel")}
+	d := Constraints(p, l, nil).Volumes.Delayed
+	if len(d) != 2 {
+		t.Fatalf("delayed claims = %+v", d)
+	}
+	if pre := d[0]; len(pre.Available) != 1 || pre.Available[0].Volume != "taken" || pre.Provisioner != "" {
+		t.Errorf("pre-bound claim: available %+v, provisioner %q; want its own volume only", pre.Available, pre.Provisioner)
+	}
+	if sel := d[1]; sel.SelectedNode != "n1" || len(sel.Available) != 0 || sel.Provisioner != "d" {
+		t.Errorf("claim with a selected node: %+v; want provisioned on n1, no available volume", sel)
 	}
 }
 

@@ -129,19 +129,39 @@ func boundVolume(claim string, pv *corev1.PersistentVolume) model.BoundVolume {
 }
 
 // delayedClaim lists the available volumes that could bind a WaitForFirstConsumer
-// claim, and what provisioning a new one needs.
+// claim, and what provisioning a new one needs. A volume already pre-bound to the
+// claim (its claimRef names it: a placement whose pod was then not bound, or
+// another scheduler's) is the claim's only choice, as in kube-scheduler's volume
+// binder; a claim whose selected-node annotation is set takes no available volume
+// and can be provisioned on that node only (kube-scheduler's FindPodVolumes).
 func delayedClaim(claim *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass, lookup Lookup) model.DelayedClaim {
-	d := model.DelayedClaim{Claim: claim.Name, StorageClass: sc.Name, AllowedTopologies: sc.AllowedTopologies}
+	d := model.DelayedClaim{Claim: claim.Name, StorageClass: sc.Name, AllowedTopologies: sc.AllowedTopologies,
+		SelectedNode: claim.Annotations[AnnotationSelectedNode]}
 	if sc.Provisioner != noProvisioner {
 		d.Provisioner = sc.Provisioner
 		d.DriverTopologyKeys = lookup.DriverTopologyKeys(sc.Provisioner)
 	}
+	if d.SelectedNode != "" {
+		// kube-scheduler's FindPodVolumes: such a claim is provisioned, not matched.
+		return d
+	}
 	for _, pv := range lookup.AvailableVolumes(sc.Name) {
+		if preBound(pv, claim) {
+			d.Available, d.Provisioner, d.DriverTopologyKeys = []model.BoundVolume{boundVolume(claim.Name, pv)}, "", nil
+			return d
+		}
 		if volumeServes(pv, claim) {
 			d.Available = append(d.Available, boundVolume(claim.Name, pv))
 		}
 	}
 	return d
+}
+
+// preBound reports whether the volume's claimRef names the claim.
+func preBound(pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) bool {
+	ref := pv.Spec.ClaimRef
+	return ref != nil && pv.DeletionTimestamp == nil && ref.Namespace == claim.Namespace && ref.Name == claim.Name &&
+		(ref.UID == "" || ref.UID == claim.UID)
 }
 
 // volumeServes reports whether an available volume can bind the claim: not held,

@@ -149,6 +149,16 @@ func TestQuotaScenarios(t *testing.T) {
 			},
 			Expect: sc.Expect{Pending: map[string]scheduler.PendingKind{"second": scheduler.PendingQueueLimit}},
 		},
+		{
+			// defaultQueue.create=false and the admin has not created it yet (or deleted
+			// it): work with no queue waits instead of running outside every quota.
+			Name:         "pods with no queue wait while the default queue does not exist",
+			Nodes:        []sc.Node{{Name: "n", GPUs: 4}},
+			Queues:       []sc.Queue{{Name: "team", Quota: 4}},
+			DefaultQueue: "default",
+			Gangs:        []sc.Gang{{Name: "unlabelled", GPUs: 1}, {Name: "labelled", Queue: "team", GPUs: 1}},
+			Expect:       sc.Expect{Binds: []string{"labelled"}, Pending: map[string]scheduler.PendingKind{"unlabelled": scheduler.PendingQueueNotFound}},
+		},
 	} {
 		t.Run(s.Name, func(t *testing.T) { sc.Run(t, s) })
 	}

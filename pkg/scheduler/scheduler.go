@@ -52,6 +52,10 @@ type Plan struct {
 	// waits in queue order like any other, and may preempt again. A gang nominated
 	// again in the same cycle is not listed.
 	Withdrawn []Withdrawal
+	// Deferred counts the pending pods of the gangs this cycle left untried because
+	// it had placed its budget of pods (ScheduleWithin): they wait, whole and
+	// unreported, for the next cycle, which the caller should run soon.
+	Deferred int
 }
 
 // Withdrawal is one gang's nomination that ended without a bind.
@@ -161,6 +165,13 @@ const maxPreemptionSearches = 32
 // true (the caller knows nothing changed for them since they last failed). They are
 // neither placed nor reported.
 func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangID) bool) *Plan {
+	return s.ScheduleWithin(snap, skip, 0)
+}
+
+// ScheduleWithin is ScheduleSkipping that stops placing gangs in queue order once it
+// has placed maxPods pods (0: no bound; see budget.go): the gangs left over are
+// neither placed nor reported, and Plan.Deferred counts their pods.
+func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID) bool, maxPods int) *Plan {
 	plan := &Plan{}
 	s.Placer.ObserveSnapshot(snap)
 	view := placement.NewView(snap)
@@ -202,6 +213,10 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 	}
 	// Queue-fair order: after every gang, the queue furthest below its share goes next.
 	for len(queueNames) > 0 {
+		if c.spent(maxPods) {
+			plan.Deferred = deferredPods(byQueue)
+			break
+		}
 		q := s.nextQueue(shares, queueNames)
 		ws := byQueue[q]
 		w := ws[0]
@@ -214,6 +229,7 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 			continue
 		}
 		if c.placeGang(w) {
+			c.placed += len(w.core)
 			elastic = append(elastic, w)
 		}
 	}
@@ -272,9 +288,7 @@ func (c *cycle) admit(skip func(model.GangID) bool, queueErr error) (nominated [
 		}
 		byQueue[w.gang.Queue] = append(byQueue[w.gang.Queue], w)
 	}
-	for _, ws := range byQueue {
-		sort.SliceStable(ws, func(i, j int) bool { return before(ws[i], ws[j]) })
-	}
+	// Each queue's gangs are in the order of before already: pendingWork sorts them.
 	sort.Strings(queueNames)
 	return nominated, byQueue, queueNames
 }
@@ -291,6 +305,8 @@ type cycle struct {
 	floor     int32
 	anyVictim bool
 	searches  int
+	// placed counts the pods the queue-order loop placed (budget.go).
+	placed int
 	// released are the pods evicted in this cycle and releasedGPUs the GPUs they hold,
 	// by node: promised to their preemptors, never chosen again (see onRoomStillHeld).
 	released     map[model.PodID]bool
@@ -438,37 +454,59 @@ func (p *Plan) pend(w *work, kind PendingKind, reason string) {
 	p.Pending = append(p.Pending, Pending{Gang: w.gang.ID, Pods: pods, Kind: kind, Reason: reason})
 }
 
-// pendingWork lists the gangs that have pending members, in a stable order.
+// pendingWork lists the gangs that have pending members, in the order of before.
+// It runs every cycle over every pending gang, before any budget (budget.go) applies,
+// so it allocates one work per gang from one slab and sorts only gangs of more
+// than one pending pod.
 func pendingWork(snap *model.Snapshot) []*work {
-	var out []*work
-	gangs := snap.Gangs
+	n := len(snap.Gangs)
 	if snap.PendingGangs != nil {
-		gangs = make(map[model.GangID]*model.Gang, len(snap.PendingGangs))
-		for id := range snap.PendingGangs {
-			if g := snap.Gangs[id]; g != nil {
-				gangs[id] = g
-			}
+		n = len(snap.PendingGangs)
+	}
+	slab := make([]work, 0, n)
+	out := make([]*work, 0, n)
+	add := func(g *model.Gang) {
+		if w, ok := gangWork(snap, g); ok {
+			slab = append(slab, w)
+			out = append(out, &slab[len(slab)-1])
 		}
 	}
-	for _, g := range gangs {
-		var pending []*model.Pod
-		bound := 0
-		for _, id := range g.Members {
-			p := snap.Pods[id]
-			if p == nil {
-				continue
+	if snap.PendingGangs != nil {
+		for id := range snap.PendingGangs {
+			if g := snap.Gangs[id]; g != nil {
+				add(g)
 			}
-			if p.Bound() {
-				if !p.Terminating {
-					bound++
-				}
-				continue
-			}
-			pending = append(pending, p)
 		}
-		if len(pending) == 0 {
+	} else {
+		for _, g := range snap.Gangs {
+			add(g)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return before(out[i], out[j]) })
+	return out
+}
+
+// gangWork is g's pending members as the cycle sees them; false when it has none.
+func gangWork(snap *model.Snapshot, g *model.Gang) (work, bool) {
+	var pending []*model.Pod
+	bound := 0
+	for _, id := range g.Members {
+		p := snap.Pods[id]
+		if p == nil {
 			continue
 		}
+		if p.Bound() {
+			if !p.Terminating {
+				bound++
+			}
+			continue
+		}
+		pending = append(pending, p)
+	}
+	if len(pending) == 0 {
+		return work{}, false
+	}
+	if len(pending) > 1 {
 		// Members marked elastic go last; among equals, oldest and then by name.
 		sort.SliceStable(pending, func(i, j int) bool {
 			a, b := pending[i], pending[j]
@@ -480,36 +518,34 @@ func pendingWork(snap *model.Snapshot) []*work {
 			}
 			return a.ID < b.ID
 		})
-		need := g.MinMember - bound - g.Succeeded
-		if need < 0 {
-			need = 0
-		}
-		if need > len(pending) {
-			// Pods are missing: the gang waits whole.
-			if g.Missing == "" {
-				g = withMissing(g, fmt.Sprintf("waiting for %d of %d pods to be created", need-len(pending), g.MinMember))
-			}
-			need = len(pending)
-		}
-		if q := snap.QueueOf(g.Queue); q != g.Queue {
-			charged := *g
-			charged.Queue = q
-			g = &charged
-		}
-		w := &work{gang: g, core: pending[:need], extra: pending[need:]}
-		for _, p := range pending {
-			if p.NominatedNode == "" {
-				continue
-			}
-			if !w.nominated || p.NominationOrder < w.nominationOrder {
-				w.nominationOrder = p.NominationOrder
-			}
-			w.nominated = true
-		}
-		out = append(out, w)
 	}
-	sort.Slice(out, func(i, j int) bool { return before(out[i], out[j]) })
-	return out
+	need := g.MinMember - bound - g.Succeeded
+	if need < 0 {
+		need = 0
+	}
+	if need > len(pending) {
+		// Pods are missing: the gang waits whole.
+		if g.Missing == "" {
+			g = withMissing(g, fmt.Sprintf("waiting for %d of %d pods to be created", need-len(pending), g.MinMember))
+		}
+		need = len(pending)
+	}
+	if q := snap.QueueOf(g.Queue); q != g.Queue {
+		charged := *g
+		charged.Queue = q
+		g = &charged
+	}
+	w := work{gang: g, core: pending[:need], extra: pending[need:]}
+	for _, p := range pending {
+		if p.NominatedNode == "" {
+			continue
+		}
+		if !w.nominated || p.NominationOrder < w.nominationOrder {
+			w.nominationOrder = p.NominationOrder
+		}
+		w.nominated = true
+	}
+	return w, true
 }
 
 func withMissing(g *model.Gang, why string) *model.Gang {

@@ -30,18 +30,26 @@ import (
 // write instead. Both read the annotations with the same functions
 // (cache.AnnotatedDemand, cache.ParseGPUs).
 //
-// It only ever adds a missing limit; it never changes a value a user wrote, and it
+// With Templates set (--annotation-share-claims), it also turns a
+// gantry.dev/gpu-memory annotation into a DRA claim the node agent prepares
+// (shareClaimPatch), creating the share's ResourceClaimTemplate in the pod's
+// namespace first; if that fails the pod is admitted unchanged, with a warning.
+//
+// It only ever adds; it never changes a value a user wrote, and it
 // must be registered with failurePolicy: Ignore so that an outage blocks no pod (the
 // scheduler still refuses to place a pod with a bad annotation, with a reason).
-type PodDefaulter struct{}
+type PodDefaulter struct {
+	// Templates creates share templates; nil leaves annotation shares as they are.
+	Templates TemplateEnsurer
+}
 
 // ServeHTTP answers one AdmissionReview.
-func (PodDefaulter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	serveReview(w, r, PodDefaulter{}.Review)
+func (p PodDefaulter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	serveReview(w, r, p.Review)
 }
 
 // Review decides one admission request: pods get the patch, anything else passes.
-func (PodDefaulter) Review(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func (p PodDefaulter) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
 		return allow(nil)
 	}
@@ -56,8 +64,16 @@ func (PodDefaulter) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 		return deny(http.StatusUnprocessableEntity, msg)
 	}
 	patch := extendedLimitsPatch(&pod)
+	var warnings []string
+	if len(patch) > 0 {
+		warnings = append(warnings, fmt.Sprintf("gantry set %d missing extended-resource limits equal to their requests", len(patch)))
+	}
+	if ops, w := p.shareClaims(ctx, req, &pod); len(ops) > 0 || w != "" {
+		patch = append(patch, ops...)
+		warnings = append(warnings, w)
+	}
 	if len(patch) == 0 {
-		return allow(nil)
+		return allow(warnings)
 	}
 	b, err := json.Marshal(patch)
 	if err != nil {
@@ -68,8 +84,30 @@ func (PodDefaulter) Review(_ context.Context, req *admissionv1.AdmissionRequest)
 		Allowed:   true,
 		Patch:     b,
 		PatchType: &pt,
-		Warnings:  []string{fmt.Sprintf("gantry set %d missing extended-resource limits equal to their requests", len(patch))},
+		Warnings:  warnings,
 	}
+}
+
+// shareClaims is the annotation-share part of Review: the patch and a warning
+// saying what was done, or why not.
+func (p PodDefaulter) shareClaims(ctx context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) ([]jsonPatchOp, string) {
+	if p.Templates == nil {
+		return nil, ""
+	}
+	ops, tmpl := shareClaimPatch(pod)
+	if ops == nil {
+		return nil, ""
+	}
+	tmpl.Namespace = req.Namespace
+	// A dry run shows the pod as it would be, and creates nothing.
+	if req.DryRun == nil || !*req.DryRun {
+		if err := p.Templates(ctx, tmpl); err != nil {
+			return nil, fmt.Sprintf("gantry could not create ResourceClaimTemplate %s/%s (%v): the %s share stays an annotation, which no container receives",
+				tmpl.Namespace, tmpl.Name, err, names.AnnotationGPUMemory)
+		}
+	}
+	return ops, fmt.Sprintf("gantry turned %s into the DRA claim %q (template %s), which the node agent prepares for every container",
+		names.AnnotationGPUMemory, ShareClaimRef, tmpl.Name)
 }
 
 // gpuAnnotationProblem says what is wrong with a pod's gantry.dev GPU annotations and

@@ -26,7 +26,11 @@ const (
 // Serve serves the Queue validating webhook and the pod defaulting webhook
 // over TLS (tls.crt and tls.key in certDir, reloaded when they change) until ctx ends. It returns once the
 // listener is open.
-func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) error {
+func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	// The certificate is reloaded when its files change (a renewal by pkg/certs, or a
 	// Secret mounted by cert-manager), so no restart is needed.
 	tlsConfig, err := certs.ServingTLSConfig(ctx, certDir)
@@ -48,7 +52,11 @@ func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) err
 	}
 	mux := http.NewServeMux()
 	mux.Handle(ValidateQueuePath, NewQueueValidator(listQueues))
-	mux.Handle(DefaultPodPath, PodDefaulter{})
+	pods := PodDefaulter{}
+	if o.annotationShareClaims {
+		pods.Templates = DynamicTemplateEnsurer(dyn)
+	}
+	mux.Handle(DefaultPodPath, pods)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("webhook listen %s: %w", addr, err)
@@ -57,4 +65,16 @@ func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface) err
 	srv.TLSConfig = tlsConfig
 	httpserver.Serve(ctx, srv, ln, func(err error) { klog.ErrorS(err, "Webhook server stopped") })
 	return nil
+}
+
+// Option changes what Serve serves.
+type Option func(*options)
+
+type options struct{ annotationShareClaims bool }
+
+// WithAnnotationShareClaims makes the pod webhook turn gantry.dev/gpu-memory
+// annotations into DRA claims (PodDefaulter.Templates); the scheduler then needs
+// create on resourceclaimtemplates.
+func WithAnnotationShareClaims(on bool) Option {
+	return func(o *options) { o.annotationShareClaims = on }
 }

@@ -24,6 +24,24 @@ type harness struct {
 	electing bool
 	// logf logs to the current round.
 	logf func(format string, args ...any)
+	// harnessErrs are the current round's failures that are not invariant
+	// violations: a fault that could not be injected, a wait of the harness that ran
+	// out, a cleanup that did not finish (under load, these say little about Gantry).
+	harnessErrs []string
+	// claimErrs are the settled round's claim inconsistencies (fault.settled).
+	claimErrs []string
+}
+
+// fail fails the round for a reason of the harness (not an invariant), keeping it
+// apart for the round's result line.
+func (h *harness) fail(t *testing.T, fatal bool, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	h.harnessErrs = append(h.harnessErrs, msg)
+	if fatal {
+		t.Fatal(msg)
+	}
+	t.Error(msg)
 }
 
 // stopSchedulers SIGKILLs every replica.
@@ -63,7 +81,31 @@ func (h *harness) ensureScheduler(ctx context.Context) error {
 	return nil
 }
 
-type tally struct{ rounds, failed int }
+type tally struct{ rounds, failed, violated int }
+
+// verdict names a round's result: PASS; VIOLATION when an invariant other than
+// NotSettled broke (the product's promise); NOT-SETTLED when the cluster did not come
+// to rest or the work was not all bound; a claim left inconsistent
+// (fault.settled) is a VIOLATION too; HARNESS when only the harness failed.
+func verdict(vs []invariant.Violation, claimErrs, harnessErrs []string) (string, []string) {
+	var kinds []string
+	result := "PASS"
+	if len(claimErrs) > 0 {
+		kinds, result = append(kinds, "ClaimsInconsistent"), "VIOLATION"
+	}
+	for _, v := range vs {
+		kinds = append(kinds, string(v.Kind))
+		if v.Kind != invariant.NotSettled {
+			result = "VIOLATION"
+		} else if result == "PASS" {
+			result = "NOT-SETTLED"
+		}
+	}
+	if result == "PASS" && len(harnessErrs) > 0 {
+		result = "HARNESS"
+	}
+	return result, kinds
+}
 
 // TestChaos runs ROUNDS randomized rounds (default 3), each with one fault, checking
 // the invariants throughout and at rest.
@@ -114,15 +156,24 @@ func TestChaos(t *testing.T) {
 		}
 		results[f.name].rounds++
 		before := len(checker.Violations())
+		start := time.Now()
+		h.harnessErrs, h.claimErrs = nil, nil
 		t.Run(fmt.Sprintf("%03d-%s", i, f.name), func(t *testing.T) {
 			h.round(t, i, f)
 			for _, v := range checker.Violations()[before:] {
 				t.Errorf("invariant broken: %s", v)
 			}
-			if t.Failed() {
-				results[f.name].failed++
-			}
 		})
+		result, kinds := verdict(checker.Violations()[before:], h.claimErrs, h.harnessErrs)
+		if result != "PASS" {
+			results[f.name].failed++
+		}
+		if result == "VIOLATION" {
+			results[f.name].violated++
+		}
+		// One line per round, for a long run's log (grep "chaos round").
+		t.Logf("chaos round %03d %-40s %-11s %5.0fs violations=%v harness=%q load=%s", i, f.name, result,
+			time.Since(start).Seconds(), kinds, h.harnessErrs, loadAvg())
 	}
 	var names []string
 	for n := range results {
@@ -130,7 +181,7 @@ func TestChaos(t *testing.T) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		t.Logf("chaos summary: %-34s rounds %3d failed %3d", n, results[n].rounds, results[n].failed)
+		t.Logf("chaos summary: %-40s rounds %3d failed %3d (invariant violated in %d)", n, results[n].rounds, results[n].failed, results[n].violated)
 	}
 }
 
@@ -145,18 +196,18 @@ func (h *harness) round(t *testing.T, i int, f fault) {
 	}
 	defer func() {
 		if err := cleanNamespace(ctx, ns); err != nil {
-			t.Errorf("cleanup: %v", err)
+			h.fail(t, false, "cleanup: %v", err)
 		}
 		if err := h.ensureScheduler(ctx); err != nil {
-			t.Fatalf("scheduler after the round: %v", err)
+			h.fail(t, true, "scheduler after the round: %v", err)
 		}
 	}()
 	wantBound, err := f.run(ctx, h, ns)
 	if err != nil {
-		t.Errorf("fault %s: %v", f.name, err)
+		h.fail(t, false, "fault %s: %v", f.name, err)
 	}
 	if err := waitAPIServer(ctx, env, 60*time.Second); err != nil {
-		t.Fatalf("API server not back: %v", err)
+		h.fail(t, true, "API server not back: %v", err)
 	}
 	if err := h.checker.WaitSettled(ctx, 120*time.Second); err != nil {
 		h.checker.Record(invariant.Violation{Kind: invariant.NotSettled, Subject: "round " + ns, At: time.Now(),
@@ -170,9 +221,21 @@ func (h *harness) round(t *testing.T, i int, f fault) {
 	}
 	if f.settled != nil {
 		if err := f.settled(ctx, ns); err != nil {
+			// A claim allocated for nobody or off its pod's node: Gantry's word, not
+			// the harness's.
+			h.claimErrs = append(h.claimErrs, err.Error())
 			t.Errorf("after %s, settled: %v", f.name, err)
 		}
 	}
+}
+
+// loadAvg is the 1-minute load average, to read a round's timings against.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -191,9 +254,8 @@ func envInt(t *testing.T, name string, def int) int {
 const shortSeed = 4242
 
 // shortRun: no ROUNDS given, as in `make test`. The short run draws only the faults
-// that need no KubeRay operator and no DRA node agent. Known failure left for a full run to show: with
-// kuberay-crds-late, Ray pods created after the CRDs arrive are never bound nor given a
-// reason until the scheduler restarts (issue 18, item 5).
+// that need no KubeRay operator and no DRA node agent, so that it needs neither
+// built and replays the same rounds for a given seed.
 func shortRun() bool { return os.Getenv("ROUNDS") == "" }
 
 func selectFaults(t *testing.T, spec string) []fault {

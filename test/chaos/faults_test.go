@@ -243,31 +243,43 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 	if err := kill(pid); err != nil {
 		return 0, err
 	}
-	// Whatever happens, KubeRay comes back for the rounds after this one.
+	// Whatever happens, KubeRay comes back for the rounds after this one: restore
+	// is tried again (by the deferred call) until it has worked once.
 	restored := false
 	restore := func() error {
 		if restored {
 			return nil
 		}
-		restored = true
 		bin, err := testenv.BinDir()
 		if err != nil {
 			return err
 		}
 		// Not the round's context: a round that ran out of time must still leave
 		// KubeRay running, or every later Ray round fails on a dead operator.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if err := testenv.InstallCRDs(ctx, env.Config, filepath.Join(bin, "kuberay-crds")); err != nil {
-			return err
+		// InstallCRDs waits 30 s for each CRD to be established; under load that can
+		// run out, so it is tried again (an existing CRD is updated in place).
+		var installErr error
+		if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+			installErr = testenv.InstallCRDs(ctx, env.Config, filepath.Join(bin, "kuberay-crds"))
+			return installErr == nil, nil
+		}); err != nil {
+			return fmt.Errorf("KubeRay's CRDs not back: %w (last: %v)", err, installErr)
 		}
-		_, err = env.StartProcess(op.name, op.args[0], false, op.args[1:]...)
+		if _, err = env.StartProcess(op.name, op.args[0], false, op.args[1:]...); err == nil {
+			restored = true
+		}
 		return err
 	}
 	defer func() { _ = restore() }()
+	// Each step's time is logged: these rounds take 2-3 minutes on a loaded machine,
+	// and once the scheduler was not ready in 90 s (seed 1803, round 12).
+	t0 := time.Now()
 	if err := removeRayCRDs(ctx); err != nil {
 		return 0, err
 	}
+	h.logf("KubeRay's CRDs gone after %s", time.Since(t0).Round(time.Millisecond))
 	if err := h.stopSchedulers(); err != nil {
 		return 0, err
 	}
@@ -283,9 +295,11 @@ func lateRayCRDs(ctx context.Context, h *harness, ns string) (int, error) {
 	if err := restore(); err != nil {
 		return 0, err
 	}
+	h.logf("CRDs back and KubeRay restarted at %s", time.Since(t0).Round(time.Millisecond))
 	if err := <-started; err != nil {
 		return 0, fmt.Errorf("scheduler started while KubeRay's CRDs were missing: %w", err)
 	}
+	h.logf("scheduler ready at %s", time.Since(t0).Round(time.Millisecond))
 	workers := 1 + h.rng.IntN(3)
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		return createRayCluster(ctx, ns, "rc", workers, "train") == nil, nil
@@ -306,8 +320,15 @@ func removeRayCRDs(ctx context.Context) error {
 			return err
 		}
 	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crds[0], metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+	// All of them gone, not only the first: a CRD still terminating when it is
+	// installed again is updated in place, never established, and KubeRay does not
+	// come back (seed 1801, round 23: "CRD rayjobs.ray.io not established").
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, name := range crds {
+			if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 }

@@ -172,6 +172,21 @@ func TestChartDefaults(t *testing.T) {
 		if !tolerates(pod.Tolerations, corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}) {
 			t.Errorf("tolerations %v do not tolerate the usual GPU node taint nvidia.com/gpu:NoSchedule", pod.Tolerations)
 		}
+		if !slices.Contains(c.Args, "--metrics-secure=true") {
+			t.Errorf("agent args %v: /metrics must be authenticated by default (--metrics-secure=true)", c.Args)
+		}
+		// Probes ask whether the kubelet accepted the plugin's registration, on their
+		// own plain-HTTP port (the metrics port wants a token); not a TCP check.
+		for what, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+			want := map[string]string{"liveness": "/healthz", "readiness": "/readyz"}[what]
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "probes" || p.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+				t.Errorf("agent %s probe %+v: want HTTP GET %s on the probes port", what, p, want)
+			}
+		}
+		if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("agent securityContext %+v: want privileged false, no privilege escalation", sc)
+		}
 		checkFlagsDefined(t, c.Args, "cmd/node-agent/main.go")
 	})
 
@@ -359,6 +374,33 @@ func TestChartValues(t *testing.T) {
 		}
 	})
 
+	t.Run("defaultQueue.create=false: nobody creates it", func(t *testing.T) {
+		for _, set := range [][]string{nil, {"defaultQueue.create=false", "defaultQueue.name=team-default"}} {
+			create := len(set) == 0
+			objs := render(t, set...)
+			var cm corev1.ConfigMap
+			into(t, find(t, objs, "ConfigMap", "gantry-scheduler"), &cm)
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := kube.LoadConfig(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[bool]string{true: "default", false: "team-default"}[create]
+			if cfg.CreatesDefaultQueue() != create || cfg.DefaultQueueName() != want {
+				t.Errorf("%v: scheduler config %+v: want createDefaultQueue %v, defaultQueue %s", set, cfg, create, want)
+			}
+			var d appsv1.Deployment
+			into(t, find(t, objs, "Deployment", "gantry-scheduler"), &d)
+			hasEnv := slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == bootstrap.EnvDefaultQueue })
+			if hasEnv != create {
+				t.Errorf("%v: %s set = %v, want %v", set, bootstrap.EnvDefaultQueue, hasEnv, create)
+			}
+		}
+	})
+
 	t.Run("scheduler names", func(t *testing.T) {
 		var d appsv1.Deployment
 		into(t, find(t, render(t, "scheduler.serveKaiSchedulerPods=true"), "Deployment", "gantry-scheduler"), &d)
@@ -469,9 +511,11 @@ func TestChartValues(t *testing.T) {
 				}
 			}
 		}
-		eps, _, _ := unstructured.NestedSlice(find(t, objs, "ServiceMonitor", "gantry-scheduler").Object, "spec", "endpoints")
-		if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "https" || eps[0].(map[string]any)["bearerTokenFile"] == nil {
-			t.Errorf("scheduler ServiceMonitor endpoints %v: want https with Prometheus' token (metrics are authenticated)", eps)
+		for _, name := range []string{"gantry-scheduler", "gantry-node-agent"} {
+			eps, _, _ := unstructured.NestedSlice(find(t, objs, "ServiceMonitor", name).Object, "spec", "endpoints")
+			if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "https" || eps[0].(map[string]any)["bearerTokenFile"] == nil {
+				t.Errorf("%s ServiceMonitor endpoints %v: want https with Prometheus' token (metrics are authenticated)", name, eps)
+			}
 		}
 		find(t, objs, "ClusterRole", "gantry-scheduler-metrics-reader")
 		if objs := render(t); slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "ServiceMonitor" }) {

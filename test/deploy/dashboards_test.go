@@ -30,8 +30,9 @@ type metricInfo struct {
 var (
 	// dcgmLabels are the DCGM exporter's labels, which the node agent sets the same way
 	// (pkg/agent/metrics.go); pod, namespace and container only while a container holds
-	// the GPU.
-	dcgmLabels = []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION", "pod", "namespace", "container"}
+	// the GPU; GPU_I_PROFILE and GPU_I_ID on a MIG device's memory series.
+	dcgmLabels = []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION", "pod", "namespace", "container", "GPU_I_PROFILE", "GPU_I_ID"}
+	migLabels  = []string{"gpu", "UUID", "Hostname", "mig_uuid", "GPU_I_PROFILE", "GPU_I_ID", "GPU_CI_ID"}
 	gpuLabels  = []string{"gpu", "UUID", "Hostname"}
 	claimLabel = []string{"gpu", "UUID", "Hostname", "claim_namespace", "claim_name", "claim_uid"}
 	queueLabel = []string{"queue", "resource"}
@@ -78,6 +79,10 @@ var exportedMetrics = map[string]metricInfo{
 	"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS":   {counter, dcgmLabels},
 	"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": {counter, dcgmLabels},
 	"DCGM_FI_DEV_ROW_REMAP_FAILURE":           {gauge, dcgmLabels},
+	"DCGM_FI_PROF_PCIE_TX_BYTES":              {gauge, dcgmLabels},
+	"DCGM_FI_PROF_PCIE_RX_BYTES":              {gauge, dcgmLabels},
+	"gantry_gpu_mig_memory_total_bytes":       {gauge, migLabels},
+	"gantry_gpu_mig_multiprocessors":          {gauge, migLabels},
 	"gantry_gpu_nvml_up":                      {gauge, []string{"Hostname"}},
 	"gantry_gpu_sample_age_seconds":           {gauge, []string{"Hostname"}},
 	"gantry_gpu_memory_allocated_bytes":       {gauge, gpuLabels},

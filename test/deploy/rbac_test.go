@@ -129,6 +129,9 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	grant(a, []string{"get"}, "", "nodes", "")
 	grant(a, []string{"get", "create", "update", "patch"}, "gpu.gantry.dev", "gpunodes", "")
 	grant(a, []string{"get", "update", "patch"}, "gpu.gantry.dev", "gpunodes", "status")
+	// /metrics authenticates and authorizes its callers (nodeAgent.metricsSecure).
+	grant(a, []string{"create"}, "authentication.k8s.io", "tokenreviews", "")
+	grant(a, []string{"create"}, "authorization.k8s.io", "subjectaccessreviews", "")
 	if agentInstallsDeviceClass {
 		grant(a, []string{"get", "create"}, "resource.k8s.io", "deviceclasses", "")
 	} else {

@@ -72,7 +72,8 @@ func (k *kubeletSim) startAgent(t *testing.T, statusClient client.Client) *runni
 		PluginDataDir: k.pluginDir, RegistrarDir: k.registryDir, CDIRoot: k.cdiRoot,
 		CDI:          agent.CDIOptions{DriverRoot: driverRoot},
 		PollInterval: 100 * time.Millisecond, InstallDeviceClass: true,
-		Status: agent.NewStatusWriter(statusClient, k.nodeName, agent.StatusOptions{MinInterval: 100 * time.Millisecond}),
+		Status:      agent.NewStatusWriter(statusClient, k.nodeName, agent.StatusOptions{MinInterval: 100 * time.Millisecond}),
+		ClaimStatus: &agent.ClaimStatusWriter{Client: env.Client},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +294,21 @@ func TestAgentAsSeenByKubelet(t *testing.T) {
 		if !strings.Contains(cdiEnv, want) {
 			t.Errorf("CDI env lacks %s:\n%s", want, cdiEnv)
 		}
+	}
+
+	// Without --mps the share is not enforced, and the claim's status says
+	// so in a form the API server accepts.
+	if sfx := agent.EnvMemoryEnforcedPrefix + sfx + "=false"; !strings.Contains(cdiEnv, sfx) {
+		t.Errorf("CDI env lacks %s:\n%s", sfx, cdiEnv)
+	}
+	withStatus, err := env.Client.ResourceV1().ResourceClaims("team-a").Get(ctx, "llm", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := withStatus.Status.Devices; len(ds) != 1 || ds[0].Device != "gpu-2" || ptr.Deref(ds[0].ShareID, "") != string(shareID) ||
+		len(ds[0].Conditions) != 1 || ds[0].Conditions[0].Type != agent.ConditionShareEnforced ||
+		ds[0].Conditions[0].Status != metav1.ConditionFalse || !strings.HasPrefix(ds[0].Conditions[0].Message, "not enforced: ") {
+		t.Errorf("claim status.devices %+v, want gpu-2 with %s=False, \"not enforced: ...\"", ds, agent.ConditionShareEnforced)
 	}
 
 	// Idempotent: the kubelet asks again.

@@ -53,6 +53,10 @@ type Cache struct {
 	claims     map[string]*resourceapi.ResourceClaim
 	claimUsers map[string]map[model.PodID]struct{}
 	podClaims  map[model.PodID][]dra.Claim
+	// orphans are allocated claims whose devices no live pod holds, booked on
+	// their node without a pod (orphans.go), and indexed by node.
+	orphans       map[string]orphanClaim
+	orphansOnNode map[string]map[string]struct{}
 	// alloc is the structured allocator; structured are the pending pods whose
 	// claims need it, and draFailed those whose podErrors entry it wrote (cleared and
 	// written again each cycle).
@@ -73,6 +77,10 @@ type Cache struct {
 	gangVersion     map[model.GangID]uint64
 	// storage is what pods' constraints are translated with (constraints.go).
 	storage storageState
+	// liveMaxAge bounds the age of trusted free memory; liveExpires is, per node,
+	// when its oldest trusted measurement expires (Prepare rebuilds the node then).
+	liveMaxAge  time.Duration
+	liveExpires map[string]time.Time
 }
 
 type priorityClass struct {
@@ -84,7 +92,16 @@ type priorityClass struct {
 type LiveGPU struct {
 	FreeBytes int64
 	Healthy   bool
+	// SampledAt is when FreeBytes was measured (GPUNode status.sampleTime); zero
+	// if not known. Free memory older than the cache's live bound (SetLiveMaxAge)
+	// is not trusted: the node agent or its NVML may be dead.
+	SampledAt time.Time
 }
+
+// DefaultLiveMaxAge is how old a measurement of free GPU memory may be and still
+// be trusted: twice the agent's longest interval between two GPUNode writes
+// (5 minutes when nothing changes).
+const DefaultLiveMaxAge = 10 * time.Minute
 
 // New returns an empty cache serving pods whose schedulerName is in schedulers,
 // charging pods with no queue to defaultQueue.
@@ -116,6 +133,8 @@ func New(schedulers []string, lookup gang.Lookup, defaultQueue string) *Cache {
 		health:      newGangHealth(),
 		timeouts:    defaultTimeouts,
 		clock:       time.Now,
+		liveMaxAge:  DefaultLiveMaxAge,
+		liveExpires: map[string]time.Time{},
 	}
 	for _, n := range schedulers {
 		c.names[n] = true
@@ -210,9 +229,42 @@ func (c *Cache) SetLive(node string, live map[string]LiveGPU) {
 	c.freed()
 }
 
+// SetLiveMaxAge sets how old a measurement of free GPU memory may be and still be
+// trusted (0 keeps DefaultLiveMaxAge).
+func (c *Cache) SetLiveMaxAge(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d > 0 {
+		c.liveMaxAge = d
+	}
+	for node := range c.live {
+		c.rebuildNode(node)
+	}
+}
+
+// expireLive rebuilds the nodes whose trusted free memory has grown too old, so
+// that the cycle at now no longer sees it. Caller holds mu.
+func (c *Cache) expireLive(now time.Time) {
+	for node, expires := range c.liveExpires {
+		if now.Before(expires) {
+			continue
+		}
+		live := make(map[string]LiveGPU, len(c.live[node]))
+		for uuid, l := range c.live[node] {
+			if !l.SampledAt.IsZero() && !now.Before(l.SampledAt.Add(c.liveMaxAge)) {
+				l.FreeBytes = model.UnknownBytes
+			}
+			live[uuid] = l
+		}
+		c.live[node] = live
+		c.rebuildNode(node)
+	}
+}
+
 // rebuildNode makes the node's model from the API object and inventory, then books
 // every pod counted on it. Caller holds mu.
 func (c *Cache) rebuildNode(name string) {
+	delete(c.liveExpires, name)
 	api := c.apiNodes[name]
 	if api == nil {
 		return
@@ -220,11 +272,24 @@ func (c *Cache) rebuildNode(name string) {
 	n := nodeFromAPI(api, c.inventory[name])
 	n.CSIAttachLimits = c.storage.csiLimits[name]
 	if live := c.live[name]; live != nil {
+		now := c.clock()
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
 			if l, ok := live[g.UUID]; ok {
-				g.LiveFreeBytes = l.FreeBytes
 				g.Healthy = g.Healthy && l.Healthy
+				if l.FreeBytes == model.UnknownBytes {
+					continue
+				}
+				if l.SampledAt.IsZero() {
+					g.LiveFreeBytes = l.FreeBytes
+					continue
+				}
+				if expires := l.SampledAt.Add(c.liveMaxAge); now.Before(expires) {
+					g.LiveFreeBytes = l.FreeBytes
+					if e, ok := c.liveExpires[name]; !ok || expires.Before(e) {
+						c.liveExpires[name] = expires
+					}
+				}
 			}
 		}
 	}
@@ -239,6 +304,7 @@ func (c *Cache) rebuildNode(name string) {
 			n.Book(p, p.GPUs)
 		}
 	}
+	c.bookOrphans(n)
 	c.snap.AddNode(n)
 }
 
@@ -353,6 +419,7 @@ func (c *Cache) setClaim(key string, claim *resourceapi.ResourceClaim) {
 			c.upsertPodLocked(p) // it may hold the claim's GPUs now
 		}
 	}
+	c.refreshOrphan(key)
 }
 
 // claimInput resolves a pod's claims and indexes them: for a pending pod of this

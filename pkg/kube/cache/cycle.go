@@ -77,6 +77,7 @@ func (c *Cache) Prepare(ctx context.Context, now time.Time, schedule Schedule) P
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.snap.Now = now.Unix()
+	c.expireLive(now)
 	skip := func(g model.GangID) bool {
 		if until, ok := c.cycle.backoff[g]; ok && now.Before(until) {
 			return true

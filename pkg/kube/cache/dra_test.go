@@ -199,8 +199,14 @@ func TestSharedClaimIsBookedOnce(t *testing.T) {
 		t.Errorf("GPU 0 has %d bytes booked after the first consumer left, want 20Gi (the second holds it)", got)
 	}
 	c.DeletePod("ns", "p2")
+	if got := booked(); got != 20<<30 {
+		t.Errorf("GPU 0 has %d bytes booked with no consumer but the claim allocated, want 20Gi (orphans.go)", got)
+	}
+	claim = claim.DeepCopy()
+	claim.Status = resourceapi.ResourceClaimStatus{}
+	c.UpsertClaim(claim)
 	if got := booked(); got != 0 {
-		t.Errorf("GPU 0 has %d bytes booked with no consumer, want 0", got)
+		t.Errorf("GPU 0 has %d bytes booked once the claim was deallocated, want 0", got)
 	}
 }
 

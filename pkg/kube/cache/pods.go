@@ -82,6 +82,7 @@ func (c *Cache) upsertPodLocked(pod *corev1.Pod) {
 		}
 		c.regroup(c.gangOf[id])
 	}
+	c.refreshOrphansOf(pod)
 	if !echo {
 		c.poke()
 	}
@@ -123,6 +124,7 @@ func (c *Cache) removePod(id model.PodID) {
 		for _, key := range claimKeys(gone) {
 			unindex(key)
 		}
+		c.refreshOrphansOf(gone)
 	} else {
 		for key := range c.claimUsers {
 			unindex(key)
@@ -201,6 +203,7 @@ func (c *Cache) finished(pod *corev1.Pod, id model.PodID) {
 	delete(c.assumed, id)
 	c.apiPods[id] = pod
 	c.passClaims(pod)
+	c.refreshOrphansOf(pod)
 	c.setGang(id, gang.Identify(pod, c.lookup).Gang)
 	c.regroup(c.gangOf[id])
 	c.freed()

@@ -3,6 +3,7 @@ package cache
 import (
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
 )
@@ -44,7 +45,9 @@ func (c *Cache) DeleteSlice(sl *resourceapi.ResourceSlice) {
 }
 
 // gpusFromSlices reads the node agent's devices: index, uuid, productName and the
-// memory capacity; a device with a NoSchedule or NoExecute taint is unhealthy.
+// memory capacity; a device with a NoSchedule or NoExecute taint is unhealthy. A
+// MIG device (type "mig", whose index is its parent GPU's) is a Partition whose
+// index encodes its device name (dra.MIGIndex).
 func gpusFromSlices(slices map[string]*resourceapi.ResourceSlice) []model.GPU {
 	var gpus []model.GPU
 	for _, sl := range slices {
@@ -52,6 +55,12 @@ func gpusFromSlices(slices map[string]*resourceapi.ResourceSlice) []model.GPU {
 			g := model.GPU{Index: -1, LiveFreeBytes: model.UnknownBytes, Healthy: true}
 			if a, ok := d.Attributes["index"]; ok && a.IntValue != nil {
 				g.Index = int(*a.IntValue)
+			}
+			if a, ok := d.Attributes["type"]; ok && a.StringValue != nil && *a.StringValue == "mig" {
+				g.Index, g.Partition = -1, true
+				if i, err := dra.DeviceIndex(d.Name); err == nil {
+					g.Index = i
+				}
 			}
 			if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
 				g.UUID = *a.StringValue

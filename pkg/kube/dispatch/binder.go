@@ -49,6 +49,8 @@ type result struct {
 	outcome outcome
 	err     error
 	pod     *corev1.Pod
+	// volumes are the volume decisions written before the Binding (bindVolumes).
+	volumes []volumebind.VolumeAction
 }
 
 // binder issues pods/binding calls, at most `workers` at once: the API server handles
@@ -78,7 +80,6 @@ func newBinder(client kubernetes.Interface, workers int) *binder {
 // an annotation of the Binding, which the API server copies onto the pod together
 // with spec.nodeName.
 func (b *binder) bind(ctx context.Context, r cache.BindRequest) result {
-	ns, name := splitID(r.Pod.ID)
 	var err error
 	switch {
 	case r.Structured:
@@ -86,12 +87,26 @@ func (b *binder) bind(ctx context.Context, r cache.BindRequest) result {
 	case len(r.Claims) > 0:
 		err = dra.Allocate(ctx, b.client, r.Pod, r.Claims, r.Placement.Node, r.Placement.GPUs)
 	}
+	var volumes []volumebind.VolumeAction
 	if err == nil {
-		err = b.bindVolumes(ctx, r)
+		volumes, err = b.bindVolumes(ctx, r)
 	}
 	if err != nil {
+		b.undoVolumes(ctx, r, volumes)
 		return result{req: r, outcome: failed, err: err}
 	}
+	res := b.postBinding(ctx, r)
+	res.volumes = volumes
+	if res.outcome == failed || res.outcome == elsewhere {
+		b.undoVolumes(ctx, r, volumes)
+	}
+	return res
+}
+
+// postBinding posts the pod's Binding, retrying errors that say nothing was written,
+// and settles an answer that does not say whether the pod is bound.
+func (b *binder) postBinding(ctx context.Context, r cache.BindRequest) result {
+	ns, name := splitID(r.Pod.ID)
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(r.Pod.UID)},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: r.Placement.Node},
@@ -99,7 +114,7 @@ func (b *binder) bind(ctx context.Context, r cache.BindRequest) result {
 	if len(r.Placement.GPUs) > 0 {
 		binding.Annotations = map[string]string{names.AnnotationGPUs: cache.FormatGPUs(r.Placement.GPUs)}
 	}
-	err = retry.OnError(b.backoff, retriable, func() error {
+	err := retry.OnError(b.backoff, retriable, func() error {
 		return b.client.CoreV1().Pods(ns).Bind(ctx, binding, metav1.CreateOptions{})
 	})
 	switch {
@@ -116,18 +131,30 @@ func (b *binder) bind(ctx context.Context, r cache.BindRequest) result {
 // bindVolumes writes the pod's volume decisions on its node before the Binding, as
 // kube-scheduler's volume binder does: an available volume is bound to each
 // WaitForFirstConsumer claim, or the claim is marked to be provisioned there.
-func (b *binder) bindVolumes(ctx context.Context, r cache.BindRequest) error {
+// It returns the actions planned, to be undone if the pod ends up not bound.
+func (b *binder) bindVolumes(ctx context.Context, r cache.BindRequest) ([]volumebind.VolumeAction, error) {
 	if r.Pod.Constraints == nil || r.Pod.Constraints.Volumes == nil || len(r.Pod.Constraints.Volumes.Delayed) == 0 {
-		return nil
+		return nil, nil
 	}
 	if r.Node == nil {
-		return fmt.Errorf("bind %s: node %s is gone; its volumes cannot be bound", r.Pod.ID, r.Placement.Node)
+		return nil, fmt.Errorf("bind %s: node %s is gone; its volumes cannot be bound", r.Pod.ID, r.Placement.Node)
 	}
-	actions, err := volumebind.Plan(r.Pod, r.Node)
+	actions, err := volumebind.Plan(r.Pod, r.Placement, r.Node)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return volumebind.Apply(ctx, b.client, actions)
+	return actions, volumebind.Apply(ctx, b.client, actions)
+}
+
+// undoVolumes takes back the volume decisions of a pod that is not bound where
+// they were made (volumebind.Undo); what cannot be undone is logged, and is safe.
+func (b *binder) undoVolumes(ctx context.Context, r cache.BindRequest, actions []volumebind.VolumeAction) {
+	if len(actions) == 0 {
+		return
+	}
+	if err := volumebind.Undo(ctx, b.client, actions); err != nil {
+		klog.ErrorS(err, "Undo volume decisions of a pod not bound", "pod", r.Pod.ID, "node", r.Placement.Node)
+	}
 }
 
 // settle asks the API where a pod is after a Binding whose answer did not say: bound
@@ -241,8 +268,10 @@ func (b *binder) bindGang(ctx context.Context, reqs []cache.BindRequest, minimum
 			klog.ErrorS(err, "Roll back partly bound gang", "pod", r.req.Pod.ID)
 			continue
 		}
-		// Deleted: it holds its node until the informer says it is gone.
+		// Deleted: it holds its node until the informer says it is gone. Its volume
+		// decisions go with it, so that they do not pin the gang's next placement.
 		results[i].outcome = rolledBack
+		b.undoVolumes(ctx, r.req, r.volumes)
 	}
 	return results, fmt.Errorf("gang bound only %d of its minimum %d; rolled back: %w", len(ok), minimum, firstErr)
 }

@@ -278,3 +278,47 @@ func TestEvictionsNoLongerNeededAreCancelled(t *testing.T) {
 		t.Fatalf("evicted %v, kept %d, err %v: want both cancelled", *evicted, len(kept), err)
 	}
 }
+
+// A gang rolled back, and a member whose Binding failed, leave no volume decision
+// behind: the selected-node annotations written before the Bindings are removed,
+// so that the claims can follow the gang's next placement.
+func TestRollbackUndoesVolumeDecisions(t *testing.T) {
+	api := &fakeAPI{
+		bind: func(name string, _ int) error {
+			if name == "w2" {
+				return apierrors.NewForbidden(podsGR, name, errors.New("no"))
+			}
+			return nil
+		},
+		get: func(name string) (*corev1.Pod, error) { return boundPod(name, ""), nil },
+	}
+	b := newFake(t, api)
+	ctx := context.Background()
+	var reqs []cache.BindRequest
+	for _, name := range []string{"w1", "w2", "w3"} {
+		r := req(name, "a")
+		r.Node = &model.Node{Name: "a"}
+		r.Pod.Constraints = &model.Constraints{Volumes: &model.VolumeNeeds{Delayed: []model.DelayedClaim{{Claim: name + "-data", Provisioner: "csi.example.com"}}}}
+		reqs = append(reqs, r)
+		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-data"}}
+		if _, err := b.client.CoreV1().PersistentVolumeClaims("ns").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	results, err := b.bindGang(ctx, reqs, 3)
+	if err == nil {
+		t.Fatal("a gang bound below its minimum returned no error")
+	}
+	if got := outcomes(results); got["ns/w1"] != rolledBack || got["ns/w2"] != failed {
+		t.Fatalf("outcomes = %v", got)
+	}
+	for _, name := range []string{"w1", "w2", "w3"} {
+		claim, err := b.client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, name+"-data", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node, ok := claim.Annotations["volume.kubernetes.io/selected-node"]; ok {
+			t.Errorf("claim %s keeps selected node %q after its gang was rolled back", claim.Name, node)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/flowcontrol"
 
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 
@@ -28,6 +31,14 @@ import (
 const (
 	EventQPS   = 50
 	EventBurst = 100
+	// EventQueue bounds the Events waiting for their turn at EventQPS: 200 s of
+	// them, about 2 MB. An Event that finds it full is dropped and counted.
+	EventQueue = 10000
+	// EventBusyQPS is the Events' rate while binds are under way (a batch bound in
+	// the last BindQuiet): Events yield to the binds they report, which share the
+	// API server with them, and catch up at EventQPS when the binds pause.
+	EventBusyQPS = 5
+	BindQuiet    = time.Second
 )
 
 // ReasonScheduled and ActionBinding are what kube-scheduler writes on a bind.
@@ -55,23 +66,116 @@ func NewEventBroadcaster(ctx context.Context, cfg *rest.Config) (events.EventBro
 // "Scheduled" Event "Successfully assigned NS/POD to NODE" on every pod bound; and,
 // when a gang with an object of its own (a PodGroup, a RayCluster) is bound whole,
 // one Event on that object. A nil *Events writes nothing.
+//
+// Binds only queue their Events (bound, scheduled); one writer (Run) hands them to
+// the recorder no faster than the Event client sends them. Client-go's tools/events
+// broadcaster starts a goroutine per Event that then waits for the client's rate
+// limiter, so a burst of 5,000 binds handed to it at once held about 4,750 goroutines
+// and copies of their Events for 100 s. Here the backlog is a bounded queue of small
+// values, and the broadcaster holds no more than a burst's worth. While binds are
+// under way the writer slows to EventBusyQPS, so that the Events of a burst do not
+// take the API server's time from the binds themselves (docs/benchmarks.md,
+// scenario a); they are written when the binds pause.
 type Events struct {
 	recorder events.EventRecorder
 	lookup   gang.Lookup
+	queue    chan event
+	limiter  flowcontrol.RateLimiter
+	dropped  func()
+	// lastBind is when a batch was last bound (Unix ns); lastWrite, the writer's
+	// last Event.
+	lastBind  atomic.Int64
+	lastWrite time.Time
+}
+
+// event is one queued Event: its object and its message.
+type event struct {
+	regarding runtime.Object
+	note      string
 }
 
 // NewEvents writes through recorder (NewEventBroadcaster's NewRecorder with the
-// scheduler's name); lookup finds gangs' objects (nil: no gang Events).
-func NewEvents(recorder events.EventRecorder, lookup gang.Lookup) *Events {
-	return &Events{recorder: recorder, lookup: lookup}
+// scheduler's name) once Run is started; lookup finds gangs' objects (nil: no gang
+// Events); dropped, when not nil, counts an Event dropped because the queue was full.
+func NewEvents(recorder events.EventRecorder, lookup gang.Lookup, dropped func()) *Events {
+	return &Events{
+		recorder: recorder, lookup: lookup, dropped: dropped,
+		queue:   make(chan event, EventQueue),
+		limiter: flowcontrol.NewTokenBucketRateLimiter(EventQPS, EventBurst),
+	}
 }
 
-// bound writes the Events of one batch's binds: one per pod bound where planned,
+// Run hands the queued Events to the recorder until ctx ends: at most EventQPS a
+// second after a burst of EventBurst (the Event client's own limits, so that the
+// broadcaster's goroutines do not wait on the client), and EventBusyQPS while binds
+// are under way.
+func (e *Events) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-e.queue:
+			if !e.pace(ctx) {
+				return
+			}
+			e.write(ev)
+		}
+	}
+}
+
+// pace waits for the next Event's turn; false when ctx ended first.
+func (e *Events) pace(ctx context.Context) bool {
+	for {
+		wait := e.busyWait(time.Now())
+		if wait <= 0 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	if e.limiter.Wait(ctx) != nil {
+		return false
+	}
+	e.lastWrite = time.Now()
+	return true
+}
+
+// busyWait is how much longer the next Event waits at now to keep to EventBusyQPS
+// while binds are under way; 0 once none was bound for BindQuiet.
+func (e *Events) busyWait(now time.Time) time.Duration {
+	if now.Sub(time.Unix(0, e.lastBind.Load())) >= BindQuiet {
+		return 0
+	}
+	return e.lastWrite.Add(time.Second / EventBusyQPS).Sub(now)
+}
+
+func (e *Events) write(ev event) {
+	e.recorder.Eventf(ev.regarding, nil, corev1.EventTypeNormal, ReasonScheduled, ActionBinding, "%s", ev.note)
+}
+
+// add queues one Event, or drops and counts it when the queue is full.
+func (e *Events) add(regarding runtime.Object, note string) {
+	select {
+	case e.queue <- event{regarding: regarding, note: note}:
+	default:
+		if e.dropped != nil {
+			e.dropped()
+		}
+	}
+}
+
+// bound queues the Events of one batch's binds: one per pod bound where planned,
 // and the gang's when every request of the batch was.
 func (e *Events) bound(b cache.Batch, results []result) {
 	if e == nil {
 		return
 	}
+	e.lastBind.Store(time.Now().UnixNano())
 	var nodes []string
 	n := 0
 	for _, res := range results {
@@ -89,20 +193,18 @@ func (e *Events) bound(b cache.Batch, results []result) {
 	}
 	if obj := e.gangObject(b.Gang); obj != nil {
 		slices.Sort(nodes)
-		e.recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonScheduled, ActionBinding,
-			"Successfully assigned %s to %s", pods(n), strings.Join(nodes, ", "))
+		e.add(obj, fmt.Sprintf("Successfully assigned %s to %s", pods(n), strings.Join(nodes, ", ")))
 	}
 }
 
-// scheduled writes one pod's Event.
+// scheduled queues one pod's Event.
 func (e *Events) scheduled(req cache.BindRequest) {
 	if e == nil {
 		return
 	}
 	ns, name := splitID(req.Pod.ID)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(req.Pod.UID)}}
-	e.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonScheduled, ActionBinding,
-		"Successfully assigned %v/%v to %v", ns, name, req.Placement.Node)
+	e.add(pod, fmt.Sprintf("Successfully assigned %v/%v to %v", ns, name, req.Placement.Node))
 }
 
 func pods(n int) string {

@@ -26,6 +26,7 @@ func (r *Runner) queueBinds(ctx context.Context, batches []cache.Batch) {
 	defer r.mu.Unlock()
 	for _, b := range batches {
 		r.binds = append(r.binds, queuedBatch{ctx: ctx, batch: b})
+		r.queuedPods += len(b.Reqs)
 	}
 	if !r.pumping {
 		r.pumping = true
@@ -48,6 +49,8 @@ func (r *Runner) pumpBinds() {
 		q := r.binds[0]
 		r.binds[0] = queuedBatch{}
 		r.binds = r.binds[1:]
+		r.queuedPods -= len(q.batch.Reqs)
+		r.wakeIfLow()
 		r.mu.Unlock()
 		// Never fails: the context is not the batch's, which may have ended.
 		_ = r.batchSlots.Acquire(context.Background(), 1)

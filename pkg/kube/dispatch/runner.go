@@ -11,6 +11,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type Options struct {
 	Cycled func(time.Time)
 	// Events writes the Scheduled Events of binds (events.go); nil writes none.
 	Events *Events
+	// CycleTarget is how long a cycle that finds more to place than it should place
+	// at once aims to take (budget.go); 0 means 40 ms.
+	CycleTarget time.Duration
 }
 
 func (o *Options) defaults() {
@@ -77,6 +81,9 @@ func (o *Options) defaults() {
 	if o.Pause <= 0 {
 		o.Pause = 500 * time.Millisecond
 	}
+	if o.CycleTarget <= 0 {
+		o.CycleTarget = 40 * time.Millisecond
+	}
 }
 
 // Runner runs scheduling cycles over the cache and carries out the plans: binds,
@@ -94,7 +101,7 @@ type Runner struct {
 
 	mu         sync.Mutex
 	nominated  map[model.PodID]string
-	lastReason map[model.GangID]string
+	lastReason map[model.GangID]reasonKey
 	pending    map[model.GangID]scheduler.Pending
 	// warned are the pods told of a share conflict (cache.ShareConflict), by UID:
 	// told once, not every cycle they are nominated.
@@ -116,6 +123,12 @@ type Runner struct {
 	// mixPods is how many pods the placer had learned from when its mix was last
 	// published as a metric.
 	mixPods uint64
+	// budget, queuedPods, more and ready bound the work of a cycle (budget.go).
+	budget     int
+	minBudget  int
+	queuedPods int
+	more       bool
+	ready      chan struct{}
 }
 
 // New wires a runner.
@@ -132,11 +145,14 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		metrics:      m,
 		opts:         opts,
 		nominated:    map[model.PodID]string{},
-		lastReason:   map[model.GangID]string{},
+		lastReason:   map[model.GangID]reasonKey{},
 		pending:      map[model.GangID]scheduler.Pending{},
 		warned:       map[string]bool{},
 		bindFailures: map[model.GangID]int{},
 		batchSlots:   semaphore.NewWeighted(int64(opts.BindWorkers)),
+		budget:       firstBudget,
+		minBudget:    minBudget,
+		ready:        make(chan struct{}, 1),
 	}
 }
 
@@ -151,6 +167,8 @@ func (r *Runner) Run(ctx context.Context) {
 			return
 		case <-r.cache.Changed():
 			time.Sleep(r.opts.Debounce)
+		case <-r.ready:
+			// The last cycle left gangs for this one, and its binds run low.
 		case <-tick.C:
 		}
 		if wait := r.paused(); wait > 0 {
@@ -188,7 +206,10 @@ func (r *Runner) publishMix() {
 func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
-	prep := r.cache.Prepare(ctx, start, r.sched.ScheduleSkipping)
+	budget := r.cycleBudget()
+	prep := r.cache.Prepare(ctx, start, func(snap *model.Snapshot, skip func(model.GangID) bool) *scheduler.Plan {
+		return r.sched.ScheduleWithin(snap, skip, budget)
+	})
 	if prep.AskedDRA {
 		r.metrics.ObserveDRA(prep.DRA)
 	}
@@ -199,7 +220,8 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		r.opts.Cycled(time.Now())
 	}
 	r.publishMix()
-	logCycle(took, inFlight, d)
+	r.resize(prep.Plan, took)
+	logCycle(took, inFlight, budget, prep.Plan.Deferred, d)
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).
 	for _, p := range prep.Plan.Preemptions {
@@ -207,6 +229,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 
 	r.queueBinds(ctx, d.Batches)
+	r.deferred(prep.Plan.Deferred > 0)
 	r.evict(ctx, d.Evictions, prep.Plan.Preemptions)
 	for _, wd := range d.Withdrawn {
 		klog.V(2).InfoS("Nomination withdrawn", "gang", wd.Gang, "reason", wd.Reason)
@@ -240,7 +263,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		klog.InfoS("Gang incomplete for too long", "gang", pd.Gang, "reason", pd.Reason)
 		for _, p := range pd.Pods {
 			if !p.Bound() {
-				r.status.pending(ctx, p, names.ConditionGangIncomplete, names.EventGangIncomplete, pd.Reason)
+				r.status.pending(ctx, p, names.ConditionGangIncomplete, names.EventGangIncomplete, pd.Reason, nil)
 			} else {
 				r.status.event(p, corev1.EventTypeWarning, names.EventGangIncomplete, pd.Reason)
 			}
@@ -250,12 +273,13 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 }
 
 // CycleLogLevel is the verbosity of the one line each cycle logs ("Cycle", with its
-// time in microseconds, the pods and gangs it sent to bind, the gangs left pending
-// and the binds in flight when it started): test/bench reads it for cycle-time
+// time in microseconds, the pods and gangs it sent to bind, the gangs left pending,
+// the binds in flight when it started, its budget of pods and the gangs it left for
+// the next cycle): test/bench reads it for cycle-time
 // percentiles, pods per cycle, and whether the bind pipeline runs dry between cycles.
 const CycleLogLevel = 4
 
-func logCycle(took time.Duration, inFlight int64, d *cache.Decisions) {
+func logCycle(took time.Duration, inFlight int64, budget, deferred int, d *cache.Decisions) {
 	if !klog.V(CycleLogLevel).Enabled() {
 		return
 	}
@@ -264,7 +288,7 @@ func logCycle(took time.Duration, inFlight int64, d *cache.Decisions) {
 		pods += len(b.Reqs)
 	}
 	klog.V(CycleLogLevel).InfoS("Cycle", "micros", took.Microseconds(), "pods", pods, "gangs", len(d.Batches),
-		"pending", len(d.Pending), "inFlight", inFlight)
+		"pending", len(d.Pending), "inFlight", inFlight, "budget", budget, "deferred", deferred)
 }
 
 // Pending returns why a gang was left pending by the last cycle, if it was.
@@ -324,15 +348,46 @@ func (r *Runner) warnShareConflicts(conflicts []cache.ShareConflict) {
 	}
 }
 
+// reasonKey is what a gang's pending reason was last written for: the reason and
+// the pods it went to.
+type reasonKey struct {
+	reason string
+	pods   uint64
+	n      int
+}
+
+func pendingKey(pd cache.PendingGang) reasonKey {
+	k := reasonKey{reason: pd.Reason, n: len(pd.Pods)}
+	for _, p := range pd.Pods {
+		h := fnv.New64a()
+		h.Write([]byte(p.UID))
+		h.Write([]byte(p.ID))
+		k.pods += h.Sum64() // order-independent
+	}
+	return k
+}
+
 // explainPending writes why a gang waits on its pods (PodScheduled=False and an
-// Event), only when the reason changed.
+// Event), only when the reason or the pods changed. A write that fails (the API
+// server or etcd down) or is dropped is tried again next cycle: before, the reason
+// was remembered as written, and the pod stayed without one for good (chaos
+// restart-etcd finding); a member created later (a Ray worker re-created) got none
+// while the reason stayed the same.
 func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
+	key := pendingKey(pd)
 	r.mu.Lock()
-	same := r.lastReason[pd.Gang] == pd.Reason
-	r.lastReason[pd.Gang] = pd.Reason
+	same := r.lastReason[pd.Gang] == key
+	r.lastReason[pd.Gang] = key
 	r.mu.Unlock()
 	if same {
 		return
+	}
+	retry := func() {
+		r.mu.Lock()
+		if r.lastReason[pd.Gang] == key {
+			delete(r.lastReason, pd.Gang)
+		}
+		r.mu.Unlock()
 	}
 	r.metrics.ObservePending(string(pd.Kind))
 	msg := pd.Reason
@@ -340,7 +395,7 @@ func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
 		msg = fmt.Sprintf("gang %s: %s", pd.Gang, pd.Reason)
 	}
 	for _, p := range pd.Pods {
-		r.status.pending(ctx, p, corev1.PodReasonUnschedulable, names.EventFailedScheduling, msg)
+		r.status.pending(ctx, p, corev1.PodReasonUnschedulable, names.EventFailedScheduling, msg, retry)
 	}
 }
 
@@ -507,7 +562,7 @@ func (r *Runner) bindBatch(ctx context.Context, b cache.Batch) {
 	}
 	for _, res := range results {
 		if res.outcome == failed {
-			r.status.pending(ctx, res.req.Pod, names.EventBindFailed, names.EventFailedScheduling, err.Error())
+			r.status.pending(ctx, res.req.Pod, names.EventBindFailed, names.EventFailedScheduling, err.Error(), nil)
 		}
 	}
 }

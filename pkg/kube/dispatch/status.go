@@ -35,8 +35,9 @@ func newStatusWriter(client kubernetes.Interface, recorder record.EventRecorder,
 }
 
 // pending sets PodScheduled=False with reason and message on a pod and records a
-// Warning Event (reason eventReason), off the cycle's path.
-func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, eventReason, message string) {
+// Warning Event (reason eventReason), off the cycle's path. failed, if set, is called
+// when the condition was not written (refused, or dropped with the queue full).
+func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, eventReason, message string, failed func()) {
 	job := func() {
 		ns, name := splitID(p.ID)
 		cond := corev1.PodCondition{
@@ -45,6 +46,9 @@ func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, eventR
 		}
 		if err := patchPodCondition(ctx, s.client, ns, name, cond); err != nil {
 			klog.V(2).InfoS("Write pending reason", "pod", p.ID, "err", err)
+			if failed != nil {
+				failed()
+			}
 		}
 		ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(p.UID)}
 		s.recorder.Event(ref, corev1.EventTypeWarning, eventReason, message)
@@ -53,6 +57,9 @@ func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, eventR
 	case s.jobs <- job:
 	default:
 		// Status is advisory; never block a cycle on it.
+		if failed != nil {
+			failed()
+		}
 	}
 }
 

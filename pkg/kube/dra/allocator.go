@@ -672,13 +672,25 @@ func gpusOfAllocation(snap *model.Snapshot, node string, results []resourceapi.A
 	return out, nil
 }
 
-// deviceIndex reads the GPU index from a device name DeviceName made.
+// DeviceIndex reads the model index from a device name DeviceName made: a GPU's
+// NVML index, or a MIG device's MIGIndex.
 func DeviceIndex(name string) (int, error) {
 	s, ok := strings.CutPrefix(name, "gpu-")
+	if parent, mig, isMIG := strings.Cut(s, "-mig-"); ok && isMIG {
+		gi, ci, _ := strings.Cut(mig, "-")
+		p, err1 := strconv.Atoi(parent)
+		g, err2 := strconv.Atoi(gi)
+		c, err3 := strconv.Atoi(ci)
+		i, inRange := MIGIndex(p, g, c)
+		if err1 != nil || err2 != nil || err3 != nil || !inRange || DeviceName(i) != name {
+			return 0, fmt.Errorf("not a GPU device: %s", name)
+		}
+		return i, nil
+	}
 	i, err := strconv.Atoi(s)
 	// Only the name DeviceName gives: "gpu--1" would be index -1 and "gpu-01" an
 	// alias of gpu-1 (fuzz findings).
-	if !ok || err != nil || i < 0 || DeviceName(i) != name {
+	if !ok || err != nil || i < 0 || i >= migIndexBase || DeviceName(i) != name {
 		return 0, fmt.Errorf("not a GPU device: %s", name)
 	}
 	return i, nil

@@ -27,8 +27,30 @@ import (
 	"github.com/gantry-dev/gantry/pkg/names"
 )
 
-// DeviceName is the name the node agent gives a GPU's device in its ResourceSlice.
-func DeviceName(index int) string { return "gpu-" + strconv.Itoa(index) }
+// DeviceName is the name the node agent gives a device in its ResourceSlice: a
+// GPU's ("gpu-<index>"), or a MIG device's for an index MIGIndex made
+// ("gpu-<parent>-mig-<gpu instance>-<compute instance>").
+func DeviceName(index int) string {
+	if index >= migIndexBase {
+		i := index - migIndexBase
+		return fmt.Sprintf("gpu-%d-mig-%d-%d", i>>12, (i>>6)&63, i&63)
+	}
+	return "gpu-" + strconv.Itoa(index)
+}
+
+// migIndexBase starts the indexes that stand for MIG devices in the core's model:
+// the core knows a node's devices by index, so each MIG device gets one that
+// encodes its name, above any GPU's NVML index.
+const migIndexBase = 1 << 20
+
+// MIGIndex is the model index of MIG device (gpu instance gi, compute instance
+// ci) of the GPU at parent; ok is false for ids out of range.
+func MIGIndex(parent, gi, ci int) (index int, ok bool) {
+	if parent < 0 || parent >= 256 || gi < 0 || gi >= 64 || ci < 0 || ci >= 64 {
+		return 0, false
+	}
+	return migIndexBase + parent<<12 + gi<<6 + ci, true
+}
 
 // memoryCapacity is the consumable capacity of a gpu.gantry.dev device.
 const memoryCapacity resourceapi.QualifiedName = names.MemoryCapacity

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -74,7 +75,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 		waiting:    &waiting{serves: c.Serves, pods: map[types.UID]struct{}{}},
 	}
 	pods := inf.core.Core().V1().Pods().Informer()
-	if err := pods.SetTransform(slimPod); err != nil {
+	if err := pods.SetTransform(slimPodOnce); err != nil {
 		return nil, err
 	}
 	nodes := inf.core.Core().V1().Nodes().Informer()
@@ -272,13 +273,20 @@ func upsertGPUNode(c *gcache.Cache, u *unstructured.Unstructured) {
 		klog.ErrorS(err, "Read GPUNode", "node", u.GetName())
 		return
 	}
+	c.SetLive(gn.Name, liveGPUs(gn))
+}
+
+// liveGPUs reads a GPUNode's measurements. Free memory of a GPUNode whose agent
+// says its readings are Stale is not live, and is left unknown.
+func liveGPUs(gn *gpuv1alpha1.GPUNode) map[string]gcache.LiveGPU {
+	stale := meta.IsStatusConditionTrue(gn.Status.Conditions, gpuv1alpha1.GPUNodeConditionStale)
 	live := map[string]gcache.LiveGPU{}
 	for _, g := range gn.Status.GPUs {
-		l := gcache.LiveGPU{FreeBytes: model.UnknownBytes, Healthy: g.Health != gpuv1alpha1.Unhealthy}
-		if g.MemoryFree != nil {
+		l := gcache.LiveGPU{FreeBytes: model.UnknownBytes, Healthy: g.Health != gpuv1alpha1.Unhealthy, SampledAt: gn.Status.SampleTime.Time}
+		if g.MemoryFree != nil && !stale {
 			l.FreeBytes = g.MemoryFree.Value()
 		}
 		live[g.UUID] = l
 	}
-	c.SetLive(gn.Name, live)
+	return live
 }

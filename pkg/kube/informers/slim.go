@@ -6,9 +6,25 @@ import (
 	"github.com/gantry-dev/gantry/pkg/podspec"
 )
 
-// slimPod is the informer transform for pods: it keeps only what the scheduler reads,
-// so that pods with large environments, volumes or probes do not grow the heap with
-// the cluster (PITFALLS: heap growth to 3 GiB from whole Pod objects).
+// slimPodOnce is the informer transform for pods: slimPod, for pods not slimmed yet.
+//
+// The transform runs twice on every pod of the first list: client-go's watch-list
+// (on by default since 0.35) slims each pod into a temporary store as it streams in,
+// then hands the whole store to the informer's queue, whose Replace runs the
+// transform again. A second slimPod made a second copy of all 100,000 pods while the
+// first were still held, at the very moment the sync peaks (issue 21). A pod the API
+// server serves always has a restart policy (defaulted, then required by validation)
+// and slimPod drops it, so a pod without one is already slim and is kept as it is.
+func slimPodOnce(obj any) (any, error) {
+	if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.RestartPolicy == "" {
+		return obj, nil
+	}
+	return slimPod(obj)
+}
+
+// slimPod keeps only what the scheduler reads of a pod, so that pods with large
+// environments, volumes or probes do not grow the heap with the cluster (PITFALLS:
+// heap growth to 3 GiB from whole Pod objects).
 func slimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {

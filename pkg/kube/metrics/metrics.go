@@ -19,6 +19,7 @@ type Metrics struct {
 	podsScheduled      prometheus.Counter
 	gangsScheduled     prometheus.Counter
 	bindFailures       prometheus.Counter
+	eventsDropped      prometheus.Counter
 	pendingByReason    *prometheus.CounterVec
 	preemptions        *prometheus.CounterVec
 	preemptedGPUMemory *prometheus.CounterVec
@@ -52,6 +53,8 @@ func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 			Name: "gantry_scheduler_gangs_scheduled_total", Help: "Gangs whose minimum was bound."}),
 		bindFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gantry_scheduler_bind_failures_total", Help: "Pods whose binding failed."}),
+		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gantry_scheduler_events_dropped_total", Help: "Scheduled Events dropped because too many were waiting for the Event client's rate limit."}),
 		pendingByReason: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gantry_scheduler_unschedulable_gangs_total", Help: "Times a gang was left pending, by reason kind."}, []string{"reason"}),
 		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -90,7 +93,7 @@ func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 		m.pendingByReason.WithLabelValues(k)
 	}
 	reg.MustRegister(m.cycleSeconds, m.draSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
-		m.bindFailures, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
+		m.bindFailures, m.eventsDropped, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
 		m.preemptionsByKind, m.preemptedGPUs, m.preemptedShared,
 		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota, m.workloadMix, m.mixArrivals)
 	return m
@@ -130,6 +133,14 @@ func (m *Metrics) ObserveBinds(bound, failed int, d time.Duration, createdAt []i
 			m.podBindSeconds.Observe(float64(now - t))
 		}
 	}
+}
+
+// EventDropped counts a Scheduled Event dropped because the Event queue was full.
+func (m *Metrics) EventDropped() {
+	if m == nil {
+		return
+	}
+	m.eventsDropped.Inc()
 }
 
 // ObserveEviction records one victim evicted, by kind ("preempt", "reclaim", or

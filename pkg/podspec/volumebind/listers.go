@@ -44,7 +44,7 @@ func (l Listers) StorageClass(name string) *storagev1.StorageClass {
 	return c
 }
 
-// AvailableVolumes lists the class's volumes that no claim holds.
+// AvailableVolumes lists the class's Available volumes (podspec.Lookup).
 func (l Listers) AvailableVolumes(class string) []*corev1.PersistentVolume {
 	all, err := l.Volumes.List(labels.Everything())
 	if err != nil {
@@ -52,7 +52,7 @@ func (l Listers) AvailableVolumes(class string) []*corev1.PersistentVolume {
 	}
 	var out []*corev1.PersistentVolume
 	for _, v := range all {
-		if v.Spec.StorageClassName == class && v.Spec.ClaimRef == nil && v.Status.Phase == corev1.VolumeAvailable {
+		if v.Spec.StorageClassName == class && v.Status.Phase == corev1.VolumeAvailable {
 			out = append(out, v)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -32,9 +33,11 @@ type VolumeAction struct {
 	Node   string
 }
 
-// Plan lists the actions for pod's delayed claims on node n, the node
-// the core chose (its checks admitted n, so every claim has a way).
-func Plan(pod *model.Pod, n *model.Node) ([]VolumeAction, error) {
+// Plan lists the actions for pod's delayed claims at pl, on node n, the node the
+// core chose (its checks admitted n, so every claim has a way). The volumes are
+// those the core chose (pl.Volumes), which no other pod of its cycle took; a
+// placement without them gets VolumesFor's choice on n.
+func Plan(pod *model.Pod, pl placement.Placement, n *model.Node) ([]VolumeAction, error) {
 	c := pod.Constraints
 	if c == nil || c.Volumes == nil {
 		return nil, nil
@@ -42,9 +45,12 @@ func Plan(pod *model.Pod, n *model.Node) ([]VolumeAction, error) {
 	if len(c.Volumes.Delayed) == 0 {
 		return nil, nil
 	}
-	volumes, ok := placement.VolumesFor(n, c.Volumes.Delayed)
-	if !ok {
-		return nil, fmt.Errorf("the claims of pod %s cannot all get a volume on node %s", pod.ID, n.Name)
+	volumes := pl.Volumes
+	if len(volumes) != len(c.Volumes.Delayed) {
+		var ok bool
+		if volumes, ok = placement.VolumesFor(n, c.Volumes.Delayed, nil); !ok {
+			return nil, fmt.Errorf("the claims of pod %s cannot all get a volume on node %s", pod.ID, n.Name)
+		}
 	}
 	var out []VolumeAction
 	for i := range c.Volumes.Delayed {
@@ -94,6 +100,73 @@ func bindVolume(ctx context.Context, client kubernetes.Interface, a VolumeAction
 	pv.Annotations[annBoundByController] = "yes"
 	if _, err := client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("bind volume %s to claim %s/%s: %w", a.Volume, a.Namespace, a.Claim, err)
+	}
+	return nil
+}
+
+// Undo takes back what Apply wrote for a pod that was not bound after all (its
+// Binding failed, or its gang was rolled back), where nothing has acted on it yet,
+// so that the claim is free to go with the pod's next placement:
+//   - the selected-node annotation is removed from a claim still unbound whose
+//     annotation still names the node;
+//   - a volume still Available whose claimRef still names the claim is freed.
+//
+// Each write is an update at the resource version read, so a controller that acted
+// in between wins. What was acted on stays, and is safe: the claim is bound, or being
+// provisioned for the node, and the next cycle reads it so (a bound claim's volume
+// affinity, or podspec's pre-bound volume and selected node), as kube-scheduler
+// would. Actions Apply never reached find nothing to undo. It returns the first error.
+func Undo(ctx context.Context, client kubernetes.Interface, actions []VolumeAction) error {
+	var first error
+	for _, a := range actions {
+		var err error
+		if a.Volume == "" {
+			err = unselectNode(ctx, client, a)
+		} else {
+			err = unbindVolume(ctx, client, a)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func unselectNode(ctx context.Context, client kubernetes.Interface, a VolumeAction) error {
+	claim, err := client.CoreV1().PersistentVolumeClaims(a.Namespace).Get(ctx, a.Claim, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("undo selected node of claim %s/%s: %w", a.Namespace, a.Claim, err)
+	}
+	if claim.Spec.VolumeName != "" || claim.Annotations[podspec.AnnotationSelectedNode] != a.Node {
+		return nil
+	}
+	delete(claim.Annotations, podspec.AnnotationSelectedNode)
+	if _, err := client.CoreV1().PersistentVolumeClaims(a.Namespace).Update(ctx, claim, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("undo selected node of claim %s/%s: %w", a.Namespace, a.Claim, err)
+	}
+	return nil
+}
+
+func unbindVolume(ctx context.Context, client kubernetes.Interface, a VolumeAction) error {
+	pv, err := client.CoreV1().PersistentVolumes().Get(ctx, a.Volume, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("undo binding of volume %s to claim %s/%s: %w", a.Volume, a.Namespace, a.Claim, err)
+	}
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.Namespace != a.Namespace || ref.Name != a.Claim || pv.Annotations[annBoundByController] != "yes" ||
+		(pv.Status.Phase != corev1.VolumeAvailable && pv.Status.Phase != "") {
+		return nil
+	}
+	pv.Spec.ClaimRef = nil
+	delete(pv.Annotations, annBoundByController)
+	if _, err := client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("undo binding of volume %s to claim %s/%s: %w", a.Volume, a.Namespace, a.Claim, err)
 	}
 	return nil
 }

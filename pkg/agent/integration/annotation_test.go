@@ -1,0 +1,146 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gantry-dev/gantry/pkg/agent"
+	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/webhook"
+)
+
+// A pod with KAI's gantry.dev/gpu-memory annotation, through the pod webhook with
+// annotation-share claims on: the real API server accepts the template the webhook
+// creates and the pod it patches; the claim made from that template (here by the
+// test, as kube-controller-manager does), once allocated, is prepared by the agent
+// like any share, so the pod's container gets the GPU's device node and its share.
+func TestAnnotationShareReachesTheAgent(t *testing.T) {
+	if env == nil {
+		t.Skip("integration test: needs the control plane (not started with -short)")
+	}
+	ctx := context.Background()
+	const nodeName, ns = "gpu-node-ann", "team-ann"
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No kube-controller-manager here to make the namespace's default account.
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The webhook's part.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm", Annotations: map[string]string{names.AnnotationGPUMemory: "20480"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "serve", Image: "vllm"}}},
+	}
+	raw, _ := json.Marshal(pod)
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaulter := webhook.PodDefaulter{Templates: webhook.DynamicTemplateEnsurer(dyn)}
+	resp := defaulter.Review(ctx, &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Operation: admissionv1.Create, Namespace: ns, Object: runtime.RawExtension{Raw: raw}})
+	if !resp.Allowed || len(resp.Patch) == 0 {
+		t.Fatalf("webhook: allowed %v, patch %s, warnings %v", resp.Allowed, resp.Patch, resp.Warnings)
+	}
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = patch.Apply(raw); err != nil {
+		t.Fatal(err)
+	}
+	var patched corev1.Pod
+	if err := json.Unmarshal(raw, &patched); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, &patched, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the API server refuses the patched pod: %v", err)
+	}
+	tmplName := webhook.ShareTemplateName(20 << 30)
+	tmpl, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, tmplName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("template: %v", err)
+	}
+	// A second pod of the same size reuses the template.
+	if err := webhook.DynamicTemplateEnsurer(dyn)(ctx, webhook.ShareTemplate(ns, 20<<30)); err != nil {
+		t.Fatalf("ensuring an existing template: %v", err)
+	}
+
+	// kube-controller-manager's part: the pod's claim from the template.
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm-" + webhook.ShareClaimRef}, Spec: tmpl.Spec.Spec}
+	if claim, err = env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The scheduler's part: a share of gpu-3.
+	shareID := types.UID("5d0c1e2f-0000-4000-8000-000000000003")
+	claim.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: names.DriverName, Pool: nodeName, Device: "gpu-3", ShareID: &shareID,
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{names.MemoryCapacity: resource.MustParse("20Gi")},
+		}}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{nodeName}}}}}},
+	}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "llm", UID: "11111111-2222-3333-4444-666666666666"}}
+	if claim, err = env.Client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("allocate: %v", err)
+	}
+
+	// The agent's part.
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = gpuv1alpha1.AddToScheme(scheme)
+	statusClient, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", names.DriverName),
+		registryDir: filepath.Join(base, "registry"), cdiRoot: filepath.Join(base, "cdi")}
+	running := k.startAgent(t, statusClient)
+	dra := drapb.NewDRAPluginClient(dial(t, k.register(t, ctx)))
+	prep, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ns, Name: claim.Name, Uid: string(claim.UID)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := prep.Claims[string(claim.UID)]
+	if got == nil || got.Error != "" || len(got.Devices) != 1 || got.Devices[0].DeviceName != "gpu-3" {
+		t.Fatalf("prepare %+v", prep)
+	}
+	specBytes, err := os.ReadFile(filepath.Join(k.cdiRoot, fmt.Sprintf("%s-%s.json", names.DriverName, claim.UID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := string(specBytes)
+	uuid3 := running.fleet.GPUs[3].UUID()
+	sfx := strings.ToUpper(strings.ReplaceAll(uuid3, "-", "_"))
+	for _, want := range []string{`"/dev/nvidia3"`, agent.EnvMemoryBytesPrefix + sfx + "=21474836480"} {
+		if !strings.Contains(spec, want) {
+			t.Errorf("the share's CDI spec lacks %s:\n%s", want, spec)
+		}
+	}
+}

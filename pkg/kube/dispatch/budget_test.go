@@ -1,0 +1,118 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/gantry-dev/gantry/pkg/gang"
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/names"
+	"github.com/gantry-dev/gantry/pkg/placement"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+)
+
+// backlog is a cache of 8 nodes × 8 GPUs and n pending one-GPU pods.
+func backlog(t *testing.T, n int) (*cache.Cache, *scheduler.Scheduler) {
+	t.Helper()
+	c := cache.New([]string{"gantry"}, &gang.StaticLookup{}, "")
+	for i := range 8 {
+		alloc := corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
+			corev1.ResourcePods: resource.MustParse("110"), names.ExtendedGPUResource: *resource.NewQuantity(8, resource.DecimalSI),
+		}
+		c.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i)}, Status: corev1.NodeStatus{Allocatable: alloc}})
+	}
+	for i := range n {
+		name := fmt.Sprintf("p%02d", i)
+		c.UpsertPod(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.Unix(int64(1000+i), 0)},
+			Spec: corev1.PodSpec{SchedulerName: "gantry", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{names.ExtendedGPUResource: *resource.NewQuantity(1, resource.DecimalSI)}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending},
+		})
+	}
+	s, err := scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, s
+}
+
+// A backlog larger than a cycle's budget is placed over several cycles, each placing
+// its budget and sending it to bind before the next; the loop is woken for the next
+// cycle once the binds queued run low, without an informer event or the resync.
+func TestBacklogIsPlacedOverBoundedCycles(t *testing.T) {
+	c, s := backlog(t, 40)
+	api := &fakeAPI{bind: func(string, int) error { return nil }}
+	r := New(c, s, nil, record.NewFakeRecorder(1000), nil, Options{BindWorkers: 4})
+	r.binder = newFake(t, api)
+	r.budget, r.minBudget = 8, 8
+	r.opts.CycleTarget = time.Nanosecond // the budget stays on its floor of 8
+	ctx := context.Background()
+	var cycles, placed int
+	for {
+		cycles++
+		plan := r.Cycle(ctx)
+		n := 0
+		for _, b := range plan.Binds {
+			n += len(b.Placements)
+		}
+		placed += n
+		if plan.Deferred == 0 {
+			break
+		}
+		if n != 8 {
+			t.Fatalf("cycle %d placed %d pods and deferred %d pods; want its budget of 8", cycles, n, plan.Deferred)
+		}
+		select {
+		case <-r.ready:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("cycle %d deferred %d pods, but the loop was never woken for them", cycles, plan.Deferred)
+		}
+	}
+	if placed != 40 || cycles != 5 {
+		t.Errorf("placed %d pods in %d cycles, want 40 in 5", placed, cycles)
+	}
+}
+
+// The budget moves halfway to the size that would have taken CycleTarget, only after
+// a cycle that spent it, and never below a share of the backlog left.
+func TestBudgetFollowsTheTimePerPod(t *testing.T) {
+	r := New(cache.New([]string{"gantry"}, &gang.StaticLookup{}, ""), nil, nil, record.NewFakeRecorder(1), nil, Options{CycleTarget: 40 * time.Millisecond})
+	r.budget, r.minBudget = 1000, 10
+	plan := func(pods, deferred int) *scheduler.Plan {
+		p := &scheduler.Plan{Deferred: deferred}
+		p.Binds = append(p.Binds, scheduler.GangBind{Placements: make([]placement.Placement, pods)})
+		return p
+	}
+	r.resize(plan(1000, 0), time.Second)
+	if r.budget != 1000 {
+		t.Fatalf("a cycle that left nothing for later moved the budget to %d", r.budget)
+	}
+	r.resize(plan(1000, 5), 80*time.Millisecond) // 1000 pods would take 40 ms: 500
+	if r.budget != 750 {
+		t.Errorf("budget %d after 1,000 pods in 80 ms, want 750 (halfway to 500)", r.budget)
+	}
+	r.resize(plan(750, 5), 10*time.Millisecond) // 3,000 fit in 40 ms
+	if r.budget != 1875 {
+		t.Errorf("budget %d after 750 pods in 10 ms, want 1,875 (halfway to 3,000)", r.budget)
+	}
+	for range 10 {
+		r.resize(plan(10, 5), time.Second)
+	}
+	if r.budget != 10 {
+		t.Errorf("budget %d after slow cycles, want the floor of 10", r.budget)
+	}
+	r.resize(plan(10, 32*500), time.Second)
+	if r.budget != 500 {
+		t.Errorf("budget %d with %d pods left, want 1/%d of them, 500", r.budget, 32*500, backlogShare)
+	}
+}

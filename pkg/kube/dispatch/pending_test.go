@@ -1,0 +1,101 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+)
+
+// pendingRunner is a Runner with only what explainPending uses; its status writer has
+// no workers, so drain runs the queued writes in the test's goroutine.
+func pendingRunner(client *fake.Clientset) (*Runner, func()) {
+	s := newStatusWriter(client, record.NewFakeRecorder(100), 0)
+	r := &Runner{client: client, status: s, lastReason: map[model.GangID]reasonKey{}}
+	drain := func() {
+		for len(s.jobs) > 0 {
+			(<-s.jobs)()
+		}
+	}
+	return r, drain
+}
+
+func hasReason(t *testing.T, client *fake.Clientset, name string) bool {
+	t.Helper()
+	p, err := client.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func pendingGang(reason string, pods ...string) cache.PendingGang {
+	pd := cache.PendingGang{Pending: scheduler.Pending{Gang: "ns/share", Reason: reason}}
+	for _, n := range pods {
+		pd.Pods = append(pd.Pods, &model.Pod{ID: model.PodID("ns/" + n), UID: "uid-" + n})
+	}
+	return pd
+}
+
+// A pending reason whose write failed (etcd restarting) is written again by the next
+// cycle with the same reason; before, it was remembered as written and the pod stayed
+// without a reason for good (chaos round restart-etcd, LostPod).
+func TestFailedPendingReasonIsWrittenAgain(t *testing.T) {
+	client := fake.NewSimpleClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "share-1"}})
+	fail := true
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if fail && a.GetSubresource() == "status" {
+			fail = false
+			return true, nil, errors.New("etcdserver: request timed out")
+		}
+		return false, nil, nil
+	})
+	r, drain := pendingRunner(client)
+	pd := pendingGang("no node has a GPU with 0.5 of its memory free", "share-1")
+	r.explainPending(context.Background(), pd)
+	drain()
+	if hasReason(t, client, "share-1") {
+		t.Fatal("the fake API refused the first write, yet the pod has a reason")
+	}
+	r.explainPending(context.Background(), pd)
+	drain()
+	if !hasReason(t, client, "share-1") {
+		t.Error("the pending reason was not written again after a failed write")
+	}
+	// Written now: the same reason is not written a third time.
+	r.explainPending(context.Background(), pd)
+	if n := len(r.status.jobs); n != 0 {
+		t.Errorf("%d writes queued for a reason already written", n)
+	}
+}
+
+// A member that joins a pending gang (a Ray worker re-created) gets the gang's reason
+// although the reason did not change.
+func TestNewMemberOfPendingGangGetsTheReason(t *testing.T) {
+	client := fake.NewSimpleClientset(
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w-1"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w-2"}})
+	r, drain := pendingRunner(client)
+	r.explainPending(context.Background(), pendingGang("waits for GPUs", "w-1"))
+	drain()
+	r.explainPending(context.Background(), pendingGang("waits for GPUs", "w-1", "w-2"))
+	drain()
+	if !hasReason(t, client, "w-2") {
+		t.Error("the member created later has no pending reason")
+	}
+}

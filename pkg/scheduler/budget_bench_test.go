@@ -1,0 +1,61 @@
+package scheduler_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+	sc "github.com/gantry-dev/gantry/pkg/scheduler/scenario"
+)
+
+// BenchmarkDrainCycle is the first cycle of a drain (test/bench drain-20k and
+// drain-100k: one-GPU pods, each its own gang, 20 GPUs a node, the default queue),
+// bounded to a budget of pods (ScheduleWithin), for the cost model in
+// docs/scheduler.md: what a cycle costs beside the pods it places. budget=0 is the
+// unbounded cycle, which places the whole backlog.
+func BenchmarkDrainCycle(b *testing.B) {
+	for _, shape := range []struct{ nodes, pods int }{{1000, 5000}, {5000, 20000}, {5000, 100000}} {
+		snap := drainSnapshot(b, shape.nodes, shape.pods)
+		for _, budget := range []int{0, 256, 1024, 4096} {
+			if budget == 0 && shape.pods > 20000 {
+				continue // about a minute a cycle on this machine
+			}
+			b.Run(fmt.Sprintf("nodes=%d/pending=%d/budget=%d", shape.nodes, shape.pods, budget), func(b *testing.B) {
+				s, err := scheduler.New("", scheduler.Config{Preemption: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.ScheduleWithin(snap, nil, 64) // the placer's first look at the cluster
+				b.ReportAllocs()
+				b.ResetTimer()
+				placed := 0
+				for i := 0; i < b.N; i++ {
+					plan := s.ScheduleWithin(snap, nil, budget)
+					for _, gb := range plan.Binds {
+						placed += len(gb.Placements)
+					}
+				}
+				b.ReportMetric(float64(placed)/float64(b.N), "pods/cycle")
+			})
+		}
+	}
+}
+
+func drainSnapshot(b *testing.B, nodes, pods int) *model.Snapshot {
+	b.Helper()
+	s := sc.Scenario{Queues: []sc.Queue{{Name: "default", Quota: -1}}, DefaultQueue: "default"}
+	for i := 0; i < nodes; i++ {
+		s.Nodes = append(s.Nodes, sc.Node{Name: fmt.Sprintf("node-%05d", i), GPUs: 20, Pods: 110})
+	}
+	snap, err := sc.Build(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < pods; i++ {
+		if err := sc.AddGang(snap, sc.Gang{Name: fmt.Sprintf("pod-%06d", i), GPUs: 1, CPU: 100, Memory: 64 << 20}, int64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return snap
+}

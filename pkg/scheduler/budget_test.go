@@ -1,0 +1,149 @@
+package scheduler_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+	sc "github.com/gantry-dev/gantry/pkg/scheduler/scenario"
+)
+
+// budgetScenario is a backlog of gangs of 1 to 8 pods in two queues, more than the
+// cluster holds, so that the bound, the queues' order and the cluster filling up all
+// play a part.
+func budgetScenario() sc.Scenario {
+	s := sc.Scenario{Queues: []sc.Queue{{Name: "a", Quota: 40}, {Name: "b", Quota: 24}}}
+	for i := 0; i < 12; i++ {
+		s.Nodes = append(s.Nodes, sc.Node{Name: fmt.Sprintf("n%02d", i), GPUs: 8})
+	}
+	for i := 0; i < 40; i++ {
+		q := []string{"a", "b"}[i%2]
+		s.Gangs = append(s.Gangs, sc.Gang{Name: fmt.Sprintf("g%02d", i), Queue: q, Pods: 1 + i%8, GPUs: 1})
+	}
+	return s
+}
+
+// A cycle with a budget of pods places gangs in the same order as one without, and
+// stops at the gang that reaches the budget: the gangs after it are neither bound nor
+// reported pending, only counted as deferred, and bound whole by the cycles that
+// follow. Carried out cycle after cycle, bounded cycles bind the same gangs as one
+// unbounded cycle, and leave the same gangs pending.
+func TestBudgetDefersWholeGangsToLaterCycles(t *testing.T) {
+	whole, err := sc.Build(budgetScenario())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	once := s.Schedule(whole)
+	if once.Deferred != 0 {
+		t.Fatalf("an unbounded cycle deferred %d pods", once.Deferred)
+	}
+	wantBound, wantPending := gangsOf(once)
+
+	snap, err := sc.Build(budgetScenario())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 10
+	var bound []string
+	cycles := 0
+	for {
+		cycles++
+		if cycles > 50 {
+			t.Fatal("bounded cycles never finished the backlog")
+		}
+		plan := s.ScheduleWithin(snap, nil, budget)
+		pods := 0
+		for i, b := range plan.Binds {
+			g := snap.Gangs[b.Gang]
+			if len(b.Placements) != g.MinMember {
+				t.Errorf("cycle %d: gang %s bound %d of its %d pods: a bound must never split a gang", cycles, b.Gang, len(b.Placements), g.MinMember)
+			}
+			if i < len(plan.Binds)-1 {
+				pods += len(b.Placements)
+			}
+			bound = append(bound, string(b.Gang))
+		}
+		if pods >= budget {
+			t.Errorf("cycle %d: %d pods bound before its last gang, past the budget of %d", cycles, pods, budget)
+		}
+		if plan.Deferred == 0 {
+			_, pending := gangsOf(plan)
+			if !slices.Equal(pending, wantPending) {
+				t.Errorf("last bounded cycle left %v pending, the unbounded cycle %v", pending, wantPending)
+			}
+			break
+		}
+		if len(plan.Pending) > 0 && len(plan.Binds) > 0 {
+			// Pending gangs are reported only once they were tried: before the
+			// budget ran out, and then in queue order like any other.
+			for _, p := range plan.Pending {
+				if p.Kind != scheduler.PendingNoFit && p.Kind != scheduler.PendingQueueLimit && p.Kind != scheduler.PendingQueueQuota {
+					t.Errorf("cycle %d: %s pending for %s", cycles, p.Gang, p.Kind)
+				}
+			}
+		}
+		sc.Apply(snap, plan)
+	}
+	if cycles < 3 {
+		t.Errorf("a budget of %d pods drained %d gangs in %d cycles: the budget did not bound them", budget, len(bound), cycles)
+	}
+	slices.Sort(bound)
+	if !slices.Equal(bound, wantBound) {
+		t.Errorf("bounded cycles bound %v,\nthe unbounded cycle %v", bound, wantBound)
+	}
+}
+
+// A gang larger than the budget is still tried whole, alone: a bound never keeps a
+// gang from binding.
+func TestGangLargerThanBudgetStillBinds(t *testing.T) {
+	snap, err := sc.Build(sc.Scenario{
+		Nodes: []sc.Node{{Name: "a", GPUs: 8}, {Name: "b", GPUs: 8}},
+		Gangs: []sc.Gang{{Name: "big", Pods: 12, GPUs: 1}, {Name: "small", Pods: 1, GPUs: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := s.ScheduleWithin(snap, nil, 4)
+	if got := sc.Binds(plan); !slices.Equal(got, []string{"big"}) || plan.Deferred != 1 { // small's one pod
+		t.Fatalf("binds %v, deferred %d; want big alone and small deferred", got, plan.Deferred)
+	}
+	if len(plan.Binds[0].Placements) != 12 {
+		t.Errorf("big bound %d of 12 pods", len(plan.Binds[0].Placements))
+	}
+	if len(plan.Pending) != 0 {
+		t.Errorf("a deferred gang was reported pending: %v", sc.PendingKinds(plan))
+	}
+	sc.Apply(snap, plan)
+	plan = s.ScheduleWithin(snap, nil, 4)
+	if got := sc.Binds(plan); !slices.Equal(got, []string{"small"}) || plan.Deferred != 0 {
+		t.Errorf("second cycle binds %v, deferred %d; want small and nothing left", got, plan.Deferred)
+	}
+}
+
+// gangsOf lists, sorted, the gangs a plan binds (whole, not elastic) and leaves pending.
+func gangsOf(plan *scheduler.Plan) (bound, pending []string) {
+	for _, b := range plan.Binds {
+		if !b.Elastic {
+			bound = append(bound, string(b.Gang))
+		}
+	}
+	for _, p := range plan.Pending {
+		pending = append(pending, string(p.Gang))
+	}
+	slices.Sort(bound)
+	slices.Sort(pending)
+	return bound, pending
+}
