@@ -76,3 +76,47 @@ func TestNominationOrderAndStuckVictims(t *testing.T) {
 		t.Run(s.Name, func(t *testing.T) { sc.Run(t, s) })
 	}
 }
+
+// A gang that does not fit, where pods already terminating leave room that nobody is
+// waiting for, waits for that room instead of evicting anew (issue 19: a live burst
+// of 8 one-GPU services evicted a third 4-GPU gang for the eighth service while a
+// GPU freed for the second was still terminating, 1.50 freed ÷ needed).
+func TestRoomOnItsWayIsWaitedFor(t *testing.T) {
+	for _, s := range []sc.Scenario{
+		{
+			Name:  "a newcomer waits for a terminating pod's room rather than evict",
+			Nodes: []sc.Node{{Name: "n1", GPUs: 2}, {Name: "n2", GPUs: 1}},
+			Gangs: []sc.Gang{
+				{Name: "leaving", Priority: 50, GPUs: 1, On: "n1", Spec: sc.Spec{Terminating: true}},
+				{Name: "train", Priority: 50, GPUs: 1, On: "n1"},
+				{Name: "train-2", Priority: 50, GPUs: 1, On: "n2"},
+				{Name: "serve", Priority: 125, NonPreemptible: true, GPUs: 1},
+			},
+			Expect: sc.Expect{Nominated: []string{"serve"}, Pending: map[string]scheduler.PendingKind{"serve": scheduler.PendingWaitingForVictim}},
+		},
+		{
+			Name:  "room promised to a nominated gang is not waited for twice",
+			Nodes: []sc.Node{{Name: "n1", GPUs: 1}, {Name: "n2", GPUs: 1}},
+			Gangs: []sc.Gang{
+				{Name: "leaving", Priority: 50, GPUs: 1, On: "n1", Spec: sc.Spec{Terminating: true}},
+				{Name: "train-2", Priority: 50, GPUs: 1, On: "n2"},
+				{Name: "first", Priority: 125, NonPreemptible: true, GPUs: 1, NominatedTo: "n1", NominationOrder: 1},
+				{Name: "serve", Priority: 125, NonPreemptible: true, GPUs: 1},
+			},
+			Expect: sc.Expect{Evicted: []string{"train-2-0"}, Nominated: []string{"serve"},
+				Pending: map[string]scheduler.PendingKind{"first": scheduler.PendingWaitingForVictim}},
+		},
+		{
+			Name:  "a pod stuck terminating is not waited for",
+			Nodes: []sc.Node{{Name: "n1", GPUs: 1}, {Name: "n2", GPUs: 1}},
+			Gangs: []sc.Gang{
+				{Name: "stuck", Priority: 50, GPUs: 1, On: "n1", Spec: sc.Spec{Terminating: true, GraceEndedAgo: 3600}},
+				{Name: "train-2", Priority: 50, GPUs: 1, On: "n2"},
+				{Name: "serve", Priority: 125, NonPreemptible: true, GPUs: 1},
+			},
+			Expect: sc.Expect{Evicted: []string{"train-2-0"}, Nominated: []string{"serve"}},
+		},
+	} {
+		t.Run(s.Name, func(t *testing.T) { sc.Run(t, s) })
+	}
+}

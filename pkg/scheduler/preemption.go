@@ -101,6 +101,86 @@ func (c *cycle) reserveNominated(w *work, amounts fairshare.Amounts) bool {
 	return true
 }
 
+// waitForLeaving nominates w, instead of a victim search, where it fits once pods
+// already terminating are gone, beyond the room promised to nominated gangs (booked
+// in the view before w's turn): the surplus of an earlier preemption whose
+// preemptors took less than it freed, or pods deleted by their owners. Evicting
+// again while that room is on its way would evict twice for one room (a live burst
+// of 8 one-GPU services evicted a third 4-GPU gang for the last one while a GPU of
+// the second was still terminating, issue 19). It reports whether w now waits.
+func (c *cycle) waitForLeaving(w *work, amounts fairshare.Amounts) bool {
+	leaving := c.leavingByNode()
+	if len(leaving) == 0 {
+		return false
+	}
+	fork := c.view.Fork()
+	for _, pods := range leaving {
+		for _, p := range pods {
+			fork.Release(p)
+		}
+	}
+	placements, unsched := c.s.Placer.PlaceGang(fork, w.core)
+	if unsched != nil {
+		return false
+	}
+	waitFor := 0
+	for node := range nodesOf(placements) {
+		for _, p := range leaving[node] {
+			c.view.Release(p)
+			c.release(p)
+			if c.shares != nil && p.Queue != "" {
+				c.shares.Release(c.snap.QueueOf(p.Queue), boundAmounts(c.snap, p))
+			}
+			waitFor++
+		}
+		delete(leaving, node)
+	}
+	for i, pl := range placements {
+		c.view.Assign(w.core[i], pl)
+	}
+	c.allocate(w.gang, amounts)
+	c.plan.Nominations = append(c.plan.Nominations, GangBind{Gang: w.gang.ID, Placements: placements})
+	c.plan.pend(w, PendingWaitingForVictim, fmt.Sprintf("waiting for %d terminating pods to go; their room is kept for this gang", waitFor))
+	return true
+}
+
+// leavingByNode lists, once per cycle, the pods terminating in the snapshot that are
+// neither stuck nor released in this cycle already, by node. Callers take the nodes
+// they use out of the map.
+func (c *cycle) leavingByNode() map[string][]*model.Pod {
+	if !c.leavingListed {
+		c.leavingListed = true
+		c.leaving = map[string][]*model.Pod{}
+		for _, p := range c.snap.Pods {
+			if p.Terminating && p.Bound() && !c.stuck(p) {
+				c.leaving[p.Node] = append(c.leaving[p.Node], p)
+			}
+		}
+	}
+	for node, pods := range c.leaving {
+		kept := pods[:0]
+		for _, p := range pods {
+			if !c.released[p.ID] {
+				kept = append(kept, p)
+			}
+		}
+		if len(kept) == 0 {
+			delete(c.leaving, node)
+		} else {
+			c.leaving[node] = kept
+		}
+	}
+	return c.leaving
+}
+
+func nodesOf(placements []placement.Placement) map[string]bool {
+	out := map[string]bool{}
+	for _, pl := range placements {
+		out[pl.Node] = true
+	}
+	return out
+}
+
 // keepRoom books, for a nominated gang the caller skips this cycle, the room it was
 // promised: where it fits once the victims terminating on its nominated nodes are
 // gone, or where it fits now. Nothing is bound or reported for it; the room is only

@@ -311,6 +311,10 @@ type cycle struct {
 	// by node: promised to their preemptors, never chosen again (see onRoomStillHeld).
 	released     map[model.PodID]bool
 	releasedGPUs map[string]map[int]bool
+	// leaving are the pods terminating in the snapshot, not stuck, by node; listed
+	// once per cycle, when a gang first does not fit (waitForLeaving).
+	leaving       map[string][]*model.Pod
+	leavingListed bool
 }
 
 // placeGang places w's core members, or preempts for them, or records why not.
@@ -333,7 +337,7 @@ func (c *cycle) placeGang(w *work) bool {
 			c.allocate(w.gang, amounts)
 			return true
 		}
-		if c.reserveNominated(w, amounts) {
+		if c.reserveNominated(w, amounts) || c.waitForLeaving(w, amounts) {
 			return false
 		}
 		if !c.mayPreempt(w) {

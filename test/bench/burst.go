@@ -238,6 +238,7 @@ func burstOnce(ctx context.Context, o BurstOptions, r *BurstRun) (err error) {
 	time.Sleep(2 * time.Second) // let bursts of status updates pass before the clock starts
 
 	start := time.Now()
+	rec.countPartialFrom(start)
 	share := ""
 	if r.Mode == "share" {
 		share = o.Share

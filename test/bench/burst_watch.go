@@ -27,6 +27,18 @@ type burstRecorder struct {
 	// member terminating; partial counts the clusters seen so for partialFor or longer.
 	partialSince map[string]time.Time
 	partial      map[string]bool
+	// watchFrom is when partial gangs start to count: the burst's start. Before it,
+	// the training clusters are being bound for the first time, and on a machine at
+	// load 60 a gang's five Binding echoes arrived up to 3 s apart.
+	watchFrom time.Time
+}
+
+// countPartialFrom starts counting partial gangs at t.
+func (r *burstRecorder) countPartialFrom(t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watchFrom = t
+	r.partialSince = map[string]time.Time{}
 }
 
 // partialFor is how long a gang must stay partly bound, with no member leaving, to
@@ -139,6 +151,9 @@ func (r *burstRecorder) run(ctx context.Context, client kubernetes.Interface, re
 func (r *burstRecorder) samplePartial(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.watchFrom.IsZero() || now.Before(r.watchFrom) {
+		return
+	}
 	bound, leaving := map[string]int{}, map[string]bool{}
 	for _, t := range r.pods {
 		if t.cluster == "" || !t.deleted.IsZero() {
