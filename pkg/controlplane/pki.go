@@ -40,9 +40,35 @@ func writePKI(dir string) (*pki, error) {
 		saKey: filepath.Join(d, "sa.key"), saPub: filepath.Join(d, "sa.pub"),
 	}
 	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, caKey, err := writeCA(p, now)
 	if err != nil {
 		return nil, err
+	}
+	if err := issueCert(ca, caKey, now, p.serverCert, p.serverKey, 2, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+	}); err != nil {
+		return nil, fmt.Errorf("controlplane: server certificate: %w", err)
+	}
+	if err := issueCert(ca, caKey, now, p.adminCert, p.adminKey, 3, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "gantry-testenv-admin", Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return nil, fmt.Errorf("controlplane: admin certificate: %w", err)
+	}
+	if err := writeServiceAccountKey(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// writeCA makes the control plane's self-signed CA and writes it to p's CA paths.
+func writeCA(p *pki, now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
 	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
@@ -55,62 +81,55 @@ func writePKI(dir string) (*pki, error) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ca, _ := x509.ParseCertificate(caDER)
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := writeCert(p.caCert, caDER); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := writeKey(p.caKey, caKey); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	issue := func(certPath, keyPath string, serial int64, tmpl *x509.Certificate) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore = now.Add(-time.Hour)
-		tmpl.NotAfter = now.Add(24 * 365 * time.Hour)
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return err
-		}
-		if err := writeCert(certPath, der); err != nil {
-			return err
-		}
-		return writeKey(keyPath, key)
+	return ca, caKey, nil
+}
+
+// issueCert signs tmpl with the CA for a year and writes the certificate and a new key.
+func issueCert(ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time, certPath, keyPath string, serial int64, tmpl *x509.Certificate) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
 	}
-	if err := issue(p.serverCert, p.serverKey, 2, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kube-apiserver"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
-		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-	}); err != nil {
-		return nil, fmt.Errorf("controlplane: server certificate: %w", err)
+	tmpl.SerialNumber = big.NewInt(serial)
+	tmpl.NotBefore = now.Add(-time.Hour)
+	tmpl.NotAfter = now.Add(24 * 365 * time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
 	}
-	if err := issue(p.adminCert, p.adminKey, 3, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "gantry-testenv-admin", Organization: []string{"system:masters"}},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}); err != nil {
-		return nil, fmt.Errorf("controlplane: admin certificate: %w", err)
+	if err := writeCert(certPath, der); err != nil {
+		return err
 	}
+	return writeKey(keyPath, key)
+}
+
+// writeServiceAccountKey writes the key pair that signs service account tokens.
+func writeServiceAccountKey(p *pki) error {
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := writeKey(p.saKey, saKey); err != nil {
-		return nil, err
+		return err
 	}
 	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.WriteFile(p.saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return os.WriteFile(p.saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
 }
 
 func writeCert(path string, der []byte) error {

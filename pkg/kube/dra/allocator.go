@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/dynamic-resource-allocation/cel"
@@ -106,95 +104,6 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 		return dc, nil
 	}
 	return nil, fmt.Errorf("DeviceClass %q does not exist", name)
-}
-
-// NeedsAllocator reports whether a pod's claims are beyond what Demand
-// places by itself: anything but selector-free, exact-count requests on
-// gpu.gantry.dev, all of one kind (whole GPUs or shares of one size), in claims of
-// the pod's own that are not allocated yet.
-func NeedsAllocator(pod *corev1.Pod, pcs []Claim) bool {
-	kind := int64(-1)
-	for _, pc := range pcs {
-		c := pc.Claim
-		if c.Status.Allocation != nil && !reservedOnlyFor(c, pod.UID) {
-			return true // shared with other pods, or allocated ahead of the pod
-		}
-		if len(c.Spec.Devices.Constraints) > 0 || len(c.Spec.Devices.Config) > 0 {
-			return true
-		}
-		for _, r := range c.Spec.Devices.Requests {
-			e := r.Exactly
-			if e == nil || e.DeviceClassName != names.DriverName || len(e.Selectors) > 0 ||
-				e.AllocationMode == resourceapi.DeviceAllocationModeAll || len(e.Tolerations) > 0 ||
-				(e.AdminAccess != nil && *e.AdminAccess) {
-				return true
-			}
-			mem := RequestedMemory(e)
-			if mem < 0 || (kind >= 0 && mem != kind) {
-				// A negative share (fuzz finding) is the structured allocator's
-				// to refuse, with its words as the pod's reason.
-				return true
-			}
-			kind = mem
-		}
-	}
-	return false
-}
-
-// reservedOnlyFor reports whether every consumer of an allocated claim is pod: an
-// allocation left from this pod's own failed binding, which is redone.
-func reservedOnlyFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
-	if len(c.Status.ReservedFor) == 0 {
-		return false
-	}
-	for _, r := range c.Status.ReservedFor {
-		if r.Resource != "pods" || r.UID != uid {
-			return false
-		}
-	}
-	return true
-}
-
-// StructuredDemand estimates, for messages, ordering and queue charges, the
-// gpu.gantry.dev GPUs a pod's claims ask for; the allocator decides the devices.
-// Claims allocated already (shared) take no new GPU.
-func StructuredDemand(pod *corev1.Pod, pcs []Claim, d model.GPUDemand) model.GPUDemand {
-	unallocated, _ := toAllocate(pod, pcs)
-	for _, cl := range unallocated {
-		for _, r := range cl.Spec.Devices.Requests {
-			e := r.Exactly
-			if e == nil && len(r.FirstAvailable) > 0 {
-				s := r.FirstAvailable[0]
-				e = &resourceapi.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Count: s.Count, Capacity: s.Capacity}
-			}
-			if e == nil || e.DeviceClassName != names.DriverName {
-				continue
-			}
-			d.Count += requestedCount(e.Count)
-			d.MemoryBytes = max(d.MemoryBytes, RequestedMemory(e))
-		}
-	}
-	d.ByDevice = true
-	return d
-}
-
-// toAllocate returns the claims of a pod the allocator must allocate (copies without
-// a stale allocation of the pod's own) and the allocated claims it must share.
-func toAllocate(pod *corev1.Pod, pcs []Claim) (unallocated, shared []*resourceapi.ResourceClaim) {
-	for _, pc := range pcs {
-		c := pc.Claim
-		switch {
-		case c.Status.Allocation == nil:
-			unallocated = append(unallocated, c)
-		case reservedOnlyFor(c, pod.UID):
-			cp := c.DeepCopy()
-			cp.Status.Allocation, cp.Status.ReservedFor = nil, nil
-			unallocated = append(unallocated, cp)
-		default:
-			shared = append(shared, c)
-		}
-	}
-	return unallocated, shared
 }
 
 // allocatedState is what is taken, as the allocator needs it: gpu.gantry.dev
@@ -616,82 +525,4 @@ func addResults(st *structured.AllocatedState, a *resourceapi.AllocationResult, 
 			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
 		}
 	}
-}
-
-// BookedFor returns the GPUs chosen per node as the pod is booked on them: a share
-// for the larger of the memory its claim consumes and startFree × the GPU's memory
-// (model.GPUDemand.BytesOnMemory), so that a 20Gi claim of a vLLM engine at 0.75 on
-// an 80 GiB GPU is booked, placed and annotated for the 60 GiB it needs, and keeps
-// that booking once the allocation comes back through the informer (the cache reads
-// the gantry.dev/gpus annotation before the claim's consumed capacity). Whole GPUs,
-// and every GPU when startFree is 0, are as chosen; choices is not changed.
-func BookedFor(snap *model.Snapshot, choices map[string][]model.GPUBinding, startFree float64) map[string][]model.GPUBinding {
-	if startFree <= 0 || len(choices) == 0 {
-		return choices
-	}
-	out := make(map[string][]model.GPUBinding, len(choices))
-	for node, gpus := range choices {
-		n := snap.Node(node)
-		booked := make([]model.GPUBinding, len(gpus))
-		for i, b := range gpus {
-			if !b.Whole && n != nil {
-				if g := n.GPUByIndex(b.Index); g != nil {
-					d := model.GPUDemand{Count: 1, MemoryBytes: b.MemoryBytes, StartFreeFraction: startFree}
-					b.MemoryBytes = d.BytesOnMemory(g.MemoryBytes)
-				}
-			}
-			booked[i] = b
-		}
-		out[node] = booked
-	}
-	return out
-}
-
-// gpusOfAllocation turns the gpu.gantry.dev devices of allocation results on a node
-// into the GPUs the core books: a whole GPU, or a share of the memory consumed.
-func gpusOfAllocation(snap *model.Snapshot, node string, results []resourceapi.AllocationResult) ([]model.GPUBinding, error) {
-	var out []model.GPUBinding
-	n := snap.Node(node)
-	for _, res := range results {
-		for _, r := range res.Devices.Results {
-			if r.Driver != names.DriverName {
-				continue
-			}
-			index, err := DeviceIndex(r.Device)
-			var g *model.GPU
-			if err == nil && n != nil {
-				g = n.GPUByIndex(index)
-			}
-			if g == nil || r.Pool != node {
-				return nil, fmt.Errorf("device %s/%s is not a GPU of node %s", r.Pool, r.Device, node)
-			}
-			b, _ := GPUOfResult(r, node, g.MemoryBytes)
-			out = append(out, b)
-		}
-	}
-	return out, nil
-}
-
-// DeviceIndex reads the model index from a device name DeviceName made: a GPU's
-// NVML index, or a MIG device's MIGIndex.
-func DeviceIndex(name string) (int, error) {
-	s, ok := strings.CutPrefix(name, "gpu-")
-	if parent, mig, isMIG := strings.Cut(s, "-mig-"); ok && isMIG {
-		gi, ci, _ := strings.Cut(mig, "-")
-		p, err1 := strconv.Atoi(parent)
-		g, err2 := strconv.Atoi(gi)
-		c, err3 := strconv.Atoi(ci)
-		i, inRange := MIGIndex(p, g, c)
-		if err1 != nil || err2 != nil || err3 != nil || !inRange || DeviceName(i) != name {
-			return 0, fmt.Errorf("not a GPU device: %s", name)
-		}
-		return i, nil
-	}
-	i, err := strconv.Atoi(s)
-	// Only the name DeviceName gives: "gpu--1" would be index -1 and "gpu-01" an
-	// alias of gpu-1 (fuzz findings).
-	if !ok || err != nil || i < 0 || i >= migIndexBase || DeviceName(i) != name {
-		return 0, fmt.Errorf("not a GPU device: %s", name)
-	}
-	return i, nil
 }
