@@ -91,22 +91,8 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.SchedulerNames[0]})
 
-	// The default queue (pkg/bootstrap, the one path that creates it): the chart's
-	// spec in GANTRY_DEFAULT_QUEUE, else the built-in one (sandbox, tests). Created in
-	// the background, retrying while the Queue webhook is not served yet; not at all
-	// with createDefaultQueue: false. Until it exists, pods with no queue label wait.
-	if o.Config.CreatesDefaultQueue() {
-		q, err := bootstrap.QueueFromEnvOr(o.Config.DefaultQueueName())
-		if err != nil {
-			return err
-		}
-		go func() {
-			if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil && ctx.Err() == nil {
-				klog.ErrorS(err, "Cannot create the default queue; pods with no queue label wait until it exists", "queue", q.Name)
-			}
-		}()
-	} else {
-		klog.InfoS("Not creating the default queue (createDefaultQueue: false); pods with no queue label wait until it exists", "queue", o.Config.DefaultQueueName())
+	if err := ensureDefaultQueue(ctx, o, dyn); err != nil {
+		return err
 	}
 	lookup := informers.NewObjectLookup()
 	c := cache.New(o.SchedulerNames, lookup, o.Config.DefaultQueueName())
@@ -140,6 +126,28 @@ func Run(ctx context.Context, o Options) error {
 		o.Ready()
 	}
 	runner.Run(ctx)
+	return nil
+}
+
+// ensureDefaultQueue creates the default queue (pkg/bootstrap, the one path that
+// creates it): the chart's spec in GANTRY_DEFAULT_QUEUE, else the built-in one
+// (sandbox, tests). Created in the background, retrying while the Queue webhook is not
+// served yet; not at all with createDefaultQueue: false. Until it exists, pods with no
+// queue label wait.
+func ensureDefaultQueue(ctx context.Context, o Options, dyn dynamic.Interface) error {
+	if !o.Config.CreatesDefaultQueue() {
+		klog.InfoS("Not creating the default queue (createDefaultQueue: false); pods with no queue label wait until it exists", "queue", o.Config.DefaultQueueName())
+		return nil
+	}
+	q, err := bootstrap.QueueFromEnvOr(o.Config.DefaultQueueName())
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := bootstrap.EnsureQueue(ctx, dyn, q, time.Minute); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Cannot create the default queue; pods with no queue label wait until it exists", "queue", q.Name)
+		}
+	}()
 	return nil
 }
 
