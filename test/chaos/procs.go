@@ -47,7 +47,17 @@ func capture(env *testenv.Env, name string) (component, int, error) {
 	if !ok {
 		return component{}, 0, fmt.Errorf("no process %s (have %v)", name, env.PIDs())
 	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	// A process just started may not have exec'd yet: its command line reads empty
+	// for a moment.
+	var raw []byte
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			return false, err
+		}
+		raw = b
+		return len(strings.TrimRight(string(b), "\x00")) > 0, nil
+	})
 	if err != nil {
 		return component{}, 0, fmt.Errorf("read %s's command line: %w", name, err)
 	}
