@@ -122,9 +122,12 @@ func TestRestartDuringPreemption(t *testing.T) {
 	for _, e := range events.Items {
 		perPod[e.InvolvedObject.Name] += int(max(e.Count, 1))
 	}
+	// The evictor evicts first and then writes the Preempted Event, so a restart
+	// between the two can lose the Event (Events are best effort); what must never
+	// happen is a second eviction for the same preemption.
 	for _, name := range []string{"train-head", "train-worker"} {
-		if perPod[name] != 1 {
-			t.Errorf("%s preempted %d times, want once", name, perPod[name])
+		if perPod[name] > 1 {
+			t.Errorf("%s preempted %d times, want at most once", name, perPod[name])
 		}
 	}
 }
