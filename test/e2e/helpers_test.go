@@ -10,8 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 
+	"github.com/gantry-dev/gantry/pkg/names/gvr"
 	"github.com/gantry-dev/gantry/test/testenv"
 )
 
@@ -95,7 +98,24 @@ func namespace(t *testing.T) string {
 	if err := env.CreateNamespace(context.Background(), name); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { emptyNamespace(name) })
 	return name
+}
+
+// emptyNamespace deletes what a test left running in its namespace: Ray objects first
+// (else KubeRay re-creates their pods), then the pods, at once. Tests run one after
+// another on shared untainted nodes (the seed's), and a Ray cluster left behind took
+// the next test's GPU once its own node was gone (TestSeedScenarioWithFiniteQuota
+// failed so in .ci/run).
+func emptyNamespace(ns string) {
+	ctx := context.Background()
+	if dyn, err := dynamic.NewForConfig(env.Config); err == nil {
+		for _, r := range []schema.GroupVersionResource{gvr.RayService, gvr.RayJob, gvr.RayCluster} {
+			_ = dyn.Resource(r).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		}
+	}
+	zero := int64(0)
+	_ = env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
 }
 
 type podOpt func(*corev1.Pod)

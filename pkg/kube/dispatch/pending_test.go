@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,8 +24,8 @@ func pendingRunner(client *fake.Clientset) (*Runner, func()) {
 	s := newStatusWriter(client, record.NewFakeRecorder(100), 0)
 	r := &Runner{client: client, status: s, lastReason: map[model.GangID]reasonKey{}}
 	drain := func() {
-		for len(s.jobs) > 0 {
-			(<-s.jobs)()
+		for len(s.lanes[0]) > 0 {
+			(<-s.lanes[0])()
 		}
 	}
 	return r, drain
@@ -79,7 +80,7 @@ func TestFailedPendingReasonIsWrittenAgain(t *testing.T) {
 	}
 	// Written now: the same reason is not written a third time.
 	r.explainPending(context.Background(), pd)
-	if n := len(r.status.jobs); n != 0 {
+	if n := len(r.status.lanes[0]); n != 0 {
 		t.Errorf("%d writes queued for a reason already written", n)
 	}
 }
@@ -97,5 +98,21 @@ func TestNewMemberOfPendingGangGetsTheReason(t *testing.T) {
 	drain()
 	if !hasReason(t, client, "w-2") {
 		t.Error("the member created later has no pending reason")
+	}
+}
+
+// A pod's writes land in the order they were made, with every worker running: the
+// last reason written is the last one the cycles gave.
+func TestStatusWritesOfOnePodStayInOrder(t *testing.T) {
+	rec := record.NewFakeRecorder(1000)
+	s := newStatusWriter(fake.NewSimpleClientset(), rec, 8)
+	p := &model.Pod{ID: "ns/p", UID: "u"}
+	for i := 0; i < 1000; i++ {
+		s.event(p, corev1.EventTypeNormal, "R", fmt.Sprint(i))
+	}
+	for i := 0; i < 1000; i++ {
+		if got, want := <-rec.Events, fmt.Sprintf("Normal R %d", i); got != want {
+			t.Fatalf("event %d is %q, want %q: a pod's writes were reordered", i, got, want)
+		}
 	}
 }

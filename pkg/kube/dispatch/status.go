@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"hash/fnv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,23 +16,38 @@ import (
 )
 
 // statusWriter patches PodScheduled conditions and records Events off the cycle's
-// path, through a small pool of workers.
+// path, through a small pool of workers. Each pod's writes go through one lane, in
+// the order the cycles made them: with one shared queue, two workers could write a
+// pod's old reason after its new one, and the old one stayed, as the runner writes a
+// reason only when it changes (TestSchedulingGatesHoldTheGang failed so in .ci/run).
 type statusWriter struct {
 	client   kubernetes.Interface
 	recorder record.EventRecorder
-	jobs     chan func()
+	lanes    []chan func()
 }
 
+// newStatusWriter starts workers lanes, each with its worker; with 0 there is one
+// lane and no worker (tests run its jobs).
 func newStatusWriter(client kubernetes.Interface, recorder record.EventRecorder, workers int) *statusWriter {
-	s := &statusWriter{client: client, recorder: recorder, jobs: make(chan func(), 4096)}
+	s := &statusWriter{client: client, recorder: recorder}
+	for i := 0; i < max(workers, 1); i++ {
+		s.lanes = append(s.lanes, make(chan func(), 1024))
+	}
 	for i := 0; i < workers; i++ {
-		go func() {
-			for j := range s.jobs {
+		go func(jobs chan func()) {
+			for j := range jobs {
 				j()
 			}
-		}()
+		}(s.lanes[i])
 	}
 	return s
+}
+
+// lane is the queue of one pod's writes.
+func (s *statusWriter) lane(id model.PodID) chan func() {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return s.lanes[h.Sum32()%uint32(len(s.lanes))]
 }
 
 // pending sets PodScheduled=False with reason and message on a pod and records a
@@ -54,7 +70,7 @@ func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, eventR
 		s.recorder.Event(ref, corev1.EventTypeWarning, eventReason, message)
 	}
 	select {
-	case s.jobs <- job:
+	case s.lane(p.ID) <- job:
 	default:
 		// Status is advisory; never block a cycle on it.
 		if failed != nil {
@@ -68,7 +84,7 @@ func (s *statusWriter) event(p *model.Pod, eventType, reason, message string) {
 	ns, name := splitID(p.ID)
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(p.UID)}
 	select {
-	case s.jobs <- func() { s.recorder.Event(ref, eventType, reason, message) }:
+	case s.lane(p.ID) <- func() { s.recorder.Event(ref, eventType, reason, message) }:
 	default:
 	}
 }
