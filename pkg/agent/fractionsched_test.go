@@ -139,8 +139,13 @@ func TestSchedulerPlacesFractionClaims(t *testing.T) {
 	if p := placeFraction(t, c, s, t0.Add(10*time.Second), "fifth"); p != nil {
 		t.Errorf("a fifth half placed on %s; both GPUs are full", p.node)
 	}
-	// The estimate for messages and queue charges is a share, not a whole GPU.
+	// A firstAvailable claim is the structured allocator's to place (dra.Demand,
+	// the core's own translation, reads exact requests only), and the estimate for
+	// messages and queue charges is a share of the smallest GPU, not a whole GPU.
 	claim := &resourceapi.ResourceClaim{Spec: tmpl.Spec.Spec}
+	if !dra.NeedsAllocator(&corev1.Pod{}, []dra.Claim{{Claim: claim}}) {
+		t.Error("a firstAvailable claim is not sent to the structured allocator")
+	}
 	if d := dra.StructuredDemand(&corev1.Pod{}, []dra.Claim{{Claim: claim}}, model.GPUDemand{}); d.Count != 1 || d.MemoryBytes != sizeOf["a100-node"]/2>>20<<20 {
 		t.Errorf("structured demand %+v, want one share of the smallest GPU", d)
 	}
