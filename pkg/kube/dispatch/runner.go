@@ -207,8 +207,8 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
 	budget := r.cycleBudget()
-	prep := r.cache.Prepare(ctx, start, func(snap *model.Snapshot, skip func(model.GangID) bool) *scheduler.Plan {
-		return r.sched.ScheduleWithin(snap, skip, budget)
+	prep := r.cache.PrepareOrdered(ctx, start, func(snap *model.Snapshot, order *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan {
+		return r.sched.ScheduleOrdered(snap, order, skip, budget)
 	})
 	if prep.AskedDRA {
 		r.metrics.ObserveDRA(prep.DRA)
@@ -390,6 +390,13 @@ func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
 		r.mu.Unlock()
 	}
 	r.metrics.ObservePending(string(pd.Kind))
+	if klog.V(3).Enabled() {
+		ids := make([]model.PodID, len(pd.Pods))
+		for i, p := range pd.Pods {
+			ids[i] = p.ID
+		}
+		klog.V(3).InfoS("Write pending reason", "gang", pd.Gang, "kind", pd.Kind, "pods", ids, "reason", pd.Reason)
+	}
 	msg := pd.Reason
 	if len(pd.Pods) > 1 {
 		msg = fmt.Sprintf("gang %s: %s", pd.Gang, pd.Reason)
