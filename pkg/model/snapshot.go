@@ -14,6 +14,10 @@ type Gang struct {
 	// PriorityClassName names the priority for people ("inference"); may be empty.
 	PriorityClassName string
 	Preemptible       bool
+	// NeverPreempts is set when a member's spec.preemptionPolicy is Never (its
+	// PriorityClass's, copied at admission): the gang evicts no pod to make room,
+	// as kube-scheduler's DefaultPreemption skips such a preemptor.
+	NeverPreempts bool
 	// MinMember is how many members must be placed together. Members above it are
 	// elastic.
 	MinMember int

@@ -490,7 +490,8 @@ const maxScarcity = 10
 // fits only a tenth of the cluster's GPUs (large memory, a rare model) weighs ten
 // times more, because breaking up one of the few nodes that can take it costs more
 // than breaking up one of many. A shape that fits no node, even empty, weighs
-// nothing: no placement can help it.
+// nothing: no placement can help it. A shape bound to some GPU models is weighed
+// by the cluster as it is now instead (weighBoundByFreeCapacity).
 func (p *Placer) adaptTo(v *View) {
 	if !p.policy.weighsScarcity() {
 		if p.stale {
@@ -512,6 +513,7 @@ func (p *Placer) adaptTo(v *View) {
 	for i, s := range p.shapes {
 		scarcity[i] = p.scarcityOfShape(s)
 	}
+	p.weighBoundByFreeCapacity(v, scarcity)
 	p.workload = p.policy.compile(p.shapes, scarcity, p.kinds.capacity)
 	p.generation++
 }

@@ -50,7 +50,7 @@ func (c *cycle) hasVictim() bool {
 // evictable, and either w outranks the lowest of them (preempt) or its queue is below
 // its fair share or its quota of GPUs (reclaim).
 func (c *cycle) mayPreempt(w *work) bool {
-	if !c.s.Config.Preemption || !c.hasVictim() {
+	if !c.s.Config.Preemption || w.gang.NeverPreempts || !c.hasVictim() {
 		return false
 	}
 	if w.gang.Priority > c.victimFloor() {

@@ -507,7 +507,7 @@ func (c *cycle) placeElasticMembers(w *work, mayReclaim bool) (placedAny, waitin
 				waiting = true
 				break // its victims are still going
 			}
-			if mayReclaim && c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.hasVictim() &&
+			if mayReclaim && !w.gang.NeverPreempts && c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.hasVictim() &&
 				c.preempt(w, []*model.Pod{p}, amounts, PendingNoFit, unsched.Message, nil) {
 				break // nominated: it waits for its victims
 			}

@@ -224,8 +224,15 @@ func (g *gen) claim(ns string) string {
 		pvc.Annotations = map[string]string{"pv.kubernetes.io/bind-completed": "yes", "pv.kubernetes.io/bound-by-controller": "yes"}
 		g.w.pvs = append(g.w.pvs, pv)
 	case k < 8: // waits for its first consumer
-		pvc.Spec.StorageClassName = ptr.To(g.pick([]string{"csi-wffc", "csi-wffc", "local"}))
+		class := g.pick([]string{"csi-wffc", "csi-wffc", "local"})
+		pvc.Spec.StorageClassName = ptr.To(class)
 		pvc.Status.Phase = corev1.ClaimPending
+		switch j := g.r.IntN(10); {
+		case j < 2: // a node selected for it already (a placement whose pod was not bound)
+			pvc.Annotations = map[string]string{annSelectedNode: g.w.nodes[g.r.IntN(len(g.w.nodes))].Name}
+		case j < 4: // an available volume pre-bound to it (its claimRef names the claim)
+			g.preBound(pvc, class)
+		}
 	case k < 9: // binds at once, not yet bound
 		pvc.Spec.StorageClassName = ptr.To("immediate")
 		pvc.Status.Phase = corev1.ClaimPending
@@ -234,6 +241,34 @@ func (g *gen) claim(ns string) string {
 	}
 	g.w.pvcs = append(g.w.pvcs, pvc)
 	return name
+}
+
+// annSelectedNode is the claim annotation kube-scheduler's volume binding (and
+// Gantry's) writes for a WaitForFirstConsumer claim to be provisioned on a node.
+const annSelectedNode = "volume.kubernetes.io/selected-node"
+
+// preBound draws an available volume of the class whose claimRef names pvc (with
+// or without its UID), pinned to a node or a zone: kube-scheduler's volume binder
+// takes it for the claim where its node affinity admits the node.
+func (g *gen) preBound(pvc *corev1.PersistentVolumeClaim, class string) {
+	pv := g.volume(g.name("pv-pre"), class)
+	pv.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: pvc.Namespace, Name: pvc.Name}
+	if g.chance(0.5) {
+		pv.Spec.ClaimRef.UID = pvc.UID
+	}
+	pv.Status.Phase = corev1.VolumeAvailable
+	if g.chance(0.5) {
+		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: hostSelector(g.w.nodes[g.r.IntN(len(g.w.nodes))].Name)}
+	} else {
+		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{g.pick(zones)}}}}}}}
+	}
+	if class == "local" {
+		pv.Spec.Local = &corev1.LocalVolumeSource{Path: "/mnt/" + pv.Name}
+	} else {
+		pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: csiDriver, VolumeHandle: "handle-" + pv.Name}
+	}
+	g.w.pvs = append(g.w.pvs, pv)
 }
 
 // running draws a pod already bound to a node: ours or another scheduler's, with

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	volumehelpers "k8s.io/component-helpers/storage/volume"
 	"sigs.k8s.io/yaml"
 )
 
@@ -59,8 +60,8 @@ func TestPlacementsPassKubeSchedulerFilters(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d worlds, %d items judged (%d gangs): %d pods placed and checked, %d left pending and checked (%d by a refusal, %d where Gantry is stricter on purpose), %d pending gangs not judged; %d disagreements",
-		st.worlds, st.items, st.gangs, st.placed, st.pending, st.refused, st.stricter, st.pendingGangs, st.disagreements)
+	t.Logf("%d worlds, %d items judged (%d gangs): %d pods placed and checked, %d left pending and checked (%d by a refusal, %d where Gantry is stricter on purpose), %d pending gangs not judged; %d items with a pre-bound volume, %d with a selected-node claim; %d disagreements",
+		st.worlds, st.items, st.gangs, st.placed, st.pending, st.refused, st.stricter, st.pendingGangs, st.preBound, st.selected, st.disagreements)
 	if st.placed < st.items/3 || st.pending < st.items/10 {
 		t.Errorf("the random worlds are lopsided (%d placed, %d pending of %d items): the test no longer exercises both sides", st.placed, st.pending, st.items)
 	}
@@ -71,15 +72,45 @@ type stats struct {
 	// stricter counts pending pods for which kube-scheduler passes a node only
 	// where Gantry is stricter on purpose (deliberatelyStricter).
 	stricter int
+	// preBound and selected count the judged items with a claim that has an
+	// available volume pre-bound to it, or a selected-node annotation.
+	preBound, selected int
+}
+
+// countClaims adds the item to st.preBound and st.selected when it uses such claims.
+func (w *world) countClaims(item []*corev1.Pod, st *stats) {
+	pre, sel := false, false
+	for _, p := range item {
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			for _, c := range w.pvcs {
+				if c.Namespace == p.Namespace && c.Name == v.PersistentVolumeClaim.ClaimName {
+					pre = pre || w.preBoundTo(c) != nil
+					sel = sel || c.Annotations[annSelectedNode] != ""
+				}
+			}
+		}
+	}
+	if pre {
+		st.preBound++
+	}
+	if sel {
+		st.selected++
+	}
 }
 
 // deliberatelyStricter reports whether Gantry rejects node for pod on purpose
-// where kube-scheduler's filters pass it: a WaitForFirstConsumer claim to be
-// provisioned by a CSI driver with topology, on a node that lacks one of the
-// driver's topology keys (issue 13 asks for the driver's topology to be honoured;
-// kube-scheduler leaves it to the provisioner, which then fails). In these worlds
-// only "csi-wffc" claims are provisioned by such a driver, and no available volume
-// can serve them.
+// where kube-scheduler's filters pass it, for one of the pod's unbound "csi-wffc"
+// claims (in these worlds the only class provisioned by a driver with topology):
+//   - provisioned on a node that lacks one of the driver's topology keys (issue 13
+//     asks for the driver's topology to be honoured; kube-scheduler leaves it to the
+//     provisioner, which then fails);
+//   - provisioned while an available volume pre-bound to the claim does not admit
+//     the node: Gantry takes the pre-bound volume as the claim's only choice, where
+//     kube-scheduler's binder would provision another (and the volume controller
+//     would then bind the claim to the pre-bound one anyway).
 func (w *world) deliberatelyStricter(pod *corev1.Pod, node string) bool {
 	var keys []string
 	for _, c := range w.csiNodes {
@@ -96,21 +127,36 @@ func (w *world) deliberatelyStricter(pod *corev1.Pod, node string) bool {
 		}
 	}
 	lacks := slices.ContainsFunc(keys, func(k string) bool { _, ok := labels[k]; return !ok })
-	if !lacks {
-		return false
-	}
 	for _, v := range pod.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
 			continue
 		}
 		for _, c := range w.pvcs {
-			if c.Namespace == pod.Namespace && c.Name == v.PersistentVolumeClaim.ClaimName && c.Spec.VolumeName == "" &&
-				c.Spec.StorageClassName != nil && *c.Spec.StorageClassName == "csi-wffc" {
+			if c.Namespace != pod.Namespace || c.Name != v.PersistentVolumeClaim.ClaimName || c.Spec.VolumeName != "" ||
+				c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != "csi-wffc" {
+				continue
+			}
+			if lacks {
+				return true
+			}
+			if pv := w.preBoundTo(c); pv != nil && volumehelpers.CheckNodeAffinity(pv, labels) != nil {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// preBoundTo returns the available volume whose claimRef names the claim, or nil.
+func (w *world) preBoundTo(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+	for _, pv := range w.pvs {
+		ref := pv.Spec.ClaimRef
+		if pv.Status.Phase == corev1.VolumeAvailable && ref != nil && ref.Namespace == c.Namespace && ref.Name == c.Name &&
+			(ref.UID == "" || ref.UID == c.UID) {
+			return pv
+		}
+	}
+	return nil
 }
 
 // runWorld schedules a world's items one by one and returns the disagreements.
@@ -131,6 +177,7 @@ func runWorld(t *testing.T, seed uint64, st *stats, verbose bool) []string {
 	var out []string
 	for _, item := range w.pending {
 		st.items++
+		w.countClaims(item, st)
 		if len(item) > 1 {
 			st.gangs++
 		}
@@ -254,11 +301,15 @@ func describe(w *world, item []*corev1.Pod, bound []*corev1.Pod) string {
 		if c.Spec.StorageClassName != nil {
 			class = *c.Spec.StorageClassName
 		}
-		fmt.Fprintf(&b, "%s/%s class=%s volume=%s modes=%v\n", c.Namespace, c.Name, class, c.Spec.VolumeName, c.Spec.AccessModes)
+		fmt.Fprintf(&b, "%s/%s class=%s volume=%s modes=%v selected-node=%q\n", c.Namespace, c.Name, class, c.Spec.VolumeName, c.Spec.AccessModes, c.Annotations[annSelectedNode])
 	}
 	for _, v := range w.pvs {
 		y, _ := json.Marshal(v.Spec.NodeAffinity)
-		fmt.Fprintf(&b, "pv %s class=%s claim=%v csi=%v labels=%v affinity=%s\n", v.Name, v.Spec.StorageClassName, v.Spec.ClaimRef != nil, v.Spec.CSI != nil, v.Labels, y)
+		claim := ""
+		if ref := v.Spec.ClaimRef; ref != nil {
+			claim = ref.Namespace + "/" + ref.Name
+		}
+		fmt.Fprintf(&b, "pv %s class=%s phase=%s claim=%s csi=%v labels=%v affinity=%s\n", v.Name, v.Spec.StorageClassName, v.Status.Phase, claim, v.Spec.CSI != nil, v.Labels, y)
 	}
 	for _, c := range w.csiNodes {
 		if a := c.Spec.Drivers[0].Allocatable; a != nil && a.Count != nil {

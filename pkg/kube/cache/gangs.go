@@ -116,6 +116,11 @@ func (c *Cache) applyGang(g *gang.Gang) {
 	mg := g.Model(priority, preemptible, createdAt)
 	mg.Succeeded = g.Counts.Succeeded
 	mg.PriorityClassName = g.PriorityClassName
+	for _, m := range g.Members {
+		if pp := m.Pod.Spec.PreemptionPolicy; pp != nil && *pp == corev1.PreemptNever {
+			mg.NeverPreempts = true
+		}
+	}
 	if old := c.snap.Gangs[g.ID]; old != nil && mg.PriorityClassName == "" {
 		mg.PriorityClassName = old.PriorityClassName
 	}

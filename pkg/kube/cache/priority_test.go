@@ -3,6 +3,8 @@ package cache
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gantry-dev/gantry/pkg/names"
 )
 
@@ -27,5 +29,23 @@ func TestClassFromAGoneOwnerKeepsItsPriority(t *testing.T) {
 	c.UpsertPod(gone)
 	if got := podOf(c, "ns/serve").Priority; got != 125 {
 		t.Errorf("priority once the label is gone: %d, want 125 (the class's, not spec.priority's 0)", got)
+	}
+}
+
+// A pod whose spec.preemptionPolicy is Never (its class's, copied at admission)
+// makes its gang one that preempts nothing.
+func TestPreemptionPolicyNeverReachesTheGang(t *testing.T) {
+	c, _ := gpuCluster(t, 1, "n")
+	never := corev1.PreemptNever
+	pod := gpuPod("quiet", 1, 0, "")
+	pod.Spec.PreemptionPolicy = &never
+	c.UpsertPod(pod)
+	if g := c.snap.Gangs[podOf(c, "ns/quiet").Gang]; g == nil || !g.NeverPreempts {
+		t.Fatalf("gang of a pod with preemptionPolicy Never: %+v, want NeverPreempts", g)
+	}
+	pod = gpuPod("loud", 1, 0, "")
+	c.UpsertPod(pod)
+	if g := c.snap.Gangs[podOf(c, "ns/loud").Gang]; g == nil || g.NeverPreempts {
+		t.Fatalf("gang of a pod without preemptionPolicy: %+v, want it to preempt", g)
 	}
 }

@@ -42,6 +42,7 @@ func slimPod(obj any) (any, error) {
 		Tolerations:       pod.Spec.Tolerations,
 		Priority:          pod.Spec.Priority,
 		PriorityClassName: pod.Spec.PriorityClassName,
+		PreemptionPolicy:  pod.Spec.PreemptionPolicy,
 		Overhead:          pod.Spec.Overhead,
 		ResourceClaims:    pod.Spec.ResourceClaims,
 		SchedulingGates:   pod.Spec.SchedulingGates,

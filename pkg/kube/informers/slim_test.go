@@ -13,9 +13,10 @@ import (
 // and a second copy of every pod is what the sync must not hold.
 func TestPodTransformSlimsOnce(t *testing.T) {
 	one := resource.MustParse("1")
+	never := corev1.PreemptNever
 	api := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, DNSPolicy: corev1.DNSClusterFirst,
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, DNSPolicy: corev1.DNSClusterFirst, PreemptionPolicy: &never,
 			Containers: []corev1.Container{{Name: "c", Image: "img", Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": one}, Limits: corev1.ResourceList{"cpu": one}}}}},
 	}
@@ -29,6 +30,9 @@ func TestPodTransformSlimsOnce(t *testing.T) {
 	}
 	if slim.Spec.Containers[0].Resources.Requests.Cpu().Cmp(one) != 0 {
 		t.Fatalf("the slim pod lost its requests: %+v", slim.Spec.Containers[0].Resources)
+	}
+	if pp := slim.Spec.PreemptionPolicy; pp == nil || *pp != never {
+		t.Fatalf("the slim pod lost its preemptionPolicy (kube-scheduler's DefaultPreemption reads it): %v", pp)
 	}
 	again, err := slimPodOnce(slim)
 	if err != nil {

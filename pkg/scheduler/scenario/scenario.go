@@ -117,6 +117,8 @@ type Gang struct {
 	// NonPreemptiblePods marks single pods, by index.
 	NonPreemptible     bool
 	NonPreemptiblePods []int
+	// NeverPreempts is model.Gang.NeverPreempts (preemptionPolicy: Never).
+	NeverPreempts bool
 	// Pods is how many members exist (1 when zero); Min how many must start together
 	// (Pods when zero). Members past Min are elastic.
 	Pods, Min int
@@ -282,7 +284,8 @@ func AddGang(snap *model.Snapshot, g Gang, createdAt int64) error {
 	if snap.Gangs[id] != nil {
 		return fmt.Errorf("scenario: gang %s is declared twice", g.Name)
 	}
-	mg := &model.Gang{ID: id, Queue: g.Queue, Priority: g.Priority, Preemptible: !g.NonPreemptible, MinMember: minMember, CreatedAt: createdAt}
+	mg := &model.Gang{ID: id, Queue: g.Queue, Priority: g.Priority, Preemptible: !g.NonPreemptible, MinMember: minMember, CreatedAt: createdAt,
+		NeverPreempts: g.NeverPreempts}
 	bound := 0
 	if g.On != "" || len(g.OnNodes) > 0 {
 		bound = size
