@@ -11,7 +11,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"time"
 
@@ -349,25 +348,6 @@ func (r *Runner) warnShareConflicts(conflicts []cache.ShareConflict) {
 			r.status.event(sc.Pod, corev1.EventTypeWarning, names.EventGPUShareConflict, sc.Message)
 		}
 	}
-}
-
-// reasonKey is what a gang's pending reason was last written for: the reason and
-// the pods it went to.
-type reasonKey struct {
-	reason string
-	pods   uint64
-	n      int
-}
-
-func pendingKey(pd cache.PendingGang) reasonKey {
-	k := reasonKey{reason: pd.Reason, n: len(pd.Pods)}
-	for _, p := range pd.Pods {
-		h := fnv.New64a()
-		h.Write([]byte(p.UID))
-		h.Write([]byte(p.ID))
-		k.pods += h.Sum64() // order-independent
-	}
-	return k
 }
 
 // explainPending writes why a gang waits on its pods (PodScheduled=False and an

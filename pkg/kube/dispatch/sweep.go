@@ -1,8 +1,32 @@
 package dispatch
 
 import (
+	"hash/fnv"
+
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/model"
 )
+
+// reasonKey is what a gang's pending reason was last written for: the reason and
+// the pods it went to.
+type reasonKey struct {
+	reason string
+	pods   uint64
+	n      int
+}
+
+func pendingKey(pd cache.PendingGang) reasonKey {
+	k := reasonKey{reason: pd.Reason, n: len(pd.Pods)}
+	for _, p := range pd.Pods {
+		h := fnv.New64a()
+		h.Write([]byte(p.UID))
+		h.Write([]byte(p.ID))
+		k.pods += h.Sum64() // order-independent
+	}
+	return k
+}
+
+// The runner's memos: what it wrote or did for each gang, and their sweep.
 
 // nomination is a node the runner nominated a pod for, and the pod's gang.
 type nomination struct {
