@@ -15,20 +15,14 @@ package scheduler
 // every queue, are few and are all tried; elastic members of the gangs placed in the
 // cycle are offered what is left as before. A gang is never split by the bound: the
 // one that reaches it is placed whole, so a gang larger than maxPods still binds.
+//
+// With an Order kept across cycles (ScheduleOrdered), the gangs past the bound are
+// not even read: Plan.Deferred is then the pending pods of the gangs the cycle did
+// not reach, including those it would have skipped or reported, and the gangs that
+// must wait whatever happens (missing pods, a pod that cannot be read) are reported
+// when a cycle reaches them, not by every cycle.
 
 // spent reports whether the cycle has placed its budget of pods (maxPods > 0).
 func (c *cycle) spent(maxPods int) bool {
 	return maxPods > 0 && c.placed >= maxPods
-}
-
-// deferredPods counts the pending pods of the gangs the queue-order loop did not
-// reach.
-func deferredPods(byQueue map[string][]*work) int {
-	n := 0
-	for _, ws := range byQueue {
-		for _, w := range ws {
-			n += len(w.core) + len(w.extra)
-		}
-	}
-	return n
 }

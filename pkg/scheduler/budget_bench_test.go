@@ -13,31 +13,46 @@ import (
 // drain-100k: one-GPU pods, each its own gang, 20 GPUs a node, the default queue),
 // bounded to a budget of pods (ScheduleWithin), for the cost model in
 // docs/scheduler.md: what a cycle costs beside the pods it places. budget=0 is the
-// unbounded cycle, which places the whole backlog.
+// unbounded cycle, which places the whole backlog. order=rebuilt orders the pending
+// gangs afresh in the cycle (ScheduleWithin, as gantry sim and the tests do);
+// order=kept is gantry-scheduler's cycle, given the Order its cache keeps
+// (ScheduleOrdered), which reads only the gangs it reaches.
 func BenchmarkDrainCycle(b *testing.B) {
 	for _, shape := range []struct{ nodes, pods int }{{1000, 5000}, {5000, 20000}, {5000, 100000}} {
 		snap := drainSnapshot(b, shape.nodes, shape.pods)
+		order := scheduler.OrderOf(snap)
 		for _, budget := range []int{0, 256, 1024, 4096} {
 			if budget == 0 && shape.pods > 20000 {
 				continue // about a minute a cycle on this machine
 			}
-			b.Run(fmt.Sprintf("nodes=%d/pending=%d/budget=%d", shape.nodes, shape.pods, budget), func(b *testing.B) {
-				s, err := scheduler.New("", scheduler.Config{Preemption: true})
-				if err != nil {
-					b.Fatal(err)
+			for _, kept := range []bool{false, true} {
+				name := fmt.Sprintf("nodes=%d/pending=%d/budget=%d/order=rebuilt", shape.nodes, shape.pods, budget)
+				if kept {
+					name = fmt.Sprintf("nodes=%d/pending=%d/budget=%d/order=kept", shape.nodes, shape.pods, budget)
 				}
-				s.ScheduleWithin(snap, nil, 64) // the placer's first look at the cluster
-				b.ReportAllocs()
-				b.ResetTimer()
-				placed := 0
-				for i := 0; i < b.N; i++ {
-					plan := s.ScheduleWithin(snap, nil, budget)
-					for _, gb := range plan.Binds {
-						placed += len(gb.Placements)
+				b.Run(name, func(b *testing.B) {
+					s, err := scheduler.New("", scheduler.Config{Preemption: true})
+					if err != nil {
+						b.Fatal(err)
 					}
-				}
-				b.ReportMetric(float64(placed)/float64(b.N), "pods/cycle")
-			})
+					s.ScheduleWithin(snap, nil, 64) // the placer's first look at the cluster
+					b.ReportAllocs()
+					b.ResetTimer()
+					placed := 0
+					for i := 0; i < b.N; i++ {
+						var plan *scheduler.Plan
+						if kept {
+							plan = s.ScheduleOrdered(snap, order, nil, budget)
+						} else {
+							plan = s.ScheduleWithin(snap, nil, budget)
+						}
+						for _, gb := range plan.Binds {
+							placed += len(gb.Placements)
+						}
+					}
+					b.ReportMetric(float64(placed)/float64(b.N), "pods/cycle")
+				})
+			}
 		}
 	}
 }

@@ -30,14 +30,30 @@ func preemptibleFloor(snap *model.Snapshot) (int32, bool) {
 	return floor, found
 }
 
+// victimFloor is preemptibleFloor of the cycle's snapshot, found once: a drain,
+// where every gang fits, never walks the bound pods for it.
+func (c *cycle) victimFloor() int32 {
+	if !c.floorKnown {
+		c.floor, c.anyVictim = preemptibleFloor(c.snap)
+		c.floorKnown = true
+	}
+	return c.floor
+}
+
+// hasVictim says whether any pod may be evicted at all.
+func (c *cycle) hasVictim() bool {
+	c.victimFloor()
+	return c.anyVictim
+}
+
 // mayPreempt says whether a victim search for w can possibly succeed: some pod is
 // evictable, and either w outranks the lowest of them (preempt) or its queue is below
 // its fair share or its quota of GPUs (reclaim).
 func (c *cycle) mayPreempt(w *work) bool {
-	if !c.s.Config.Preemption || !c.anyVictim {
+	if !c.s.Config.Preemption || !c.hasVictim() {
 		return false
 	}
-	if w.gang.Priority > c.floor {
+	if w.gang.Priority > c.victimFloor() {
 		return true
 	}
 	if c.shares == nil || w.gang.Queue == "" {

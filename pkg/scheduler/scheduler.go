@@ -13,6 +13,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/gantry-dev/gantry/pkg/fairshare"
@@ -170,16 +171,26 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 
 // ScheduleWithin is ScheduleSkipping that stops placing gangs in queue order once it
 // has placed maxPods pods (0: no bound; see budget.go): the gangs left over are
-// neither placed nor reported, and Plan.Deferred counts their pods.
+// neither placed nor reported, and Plan.Deferred counts their pods. It orders the
+// snapshot's pending gangs from scratch (OrderOf); ScheduleOrdered takes an Order
+// kept across cycles instead.
 func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID) bool, maxPods int) *Plan {
+	return s.ScheduleOrdered(snap, OrderOf(snap), skip, maxPods)
+}
+
+// ScheduleOrdered is ScheduleWithin with the pending gangs in order, which the
+// caller keeps current with snap (Order.Refresh for every gang that changed since
+// the last cycle). The cycle reads only the gangs it reaches: with a budget, its
+// cost grows with the pods it places and the gangs it passes over, not with the
+// gangs pending. It does not change order.
+func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip func(model.GangID) bool, maxPods int) *Plan {
 	plan := &Plan{}
 	s.Placer.ObserveSnapshot(snap)
 	view := placement.NewView(snap)
 	shares, queueErr := s.Shares(snap)
-	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan}
-	c.floor, c.anyVictim = preemptibleFloor(snap)
+	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan, skip: skip, queueErr: queueErr}
 
-	nominated, byQueue, queueNames := c.admit(skip, queueErr)
+	nominated, queues, queueNames := c.admit(order)
 
 	var elastic []*work
 	// What a preemption freed is kept for the gang it was freed for: nominated gangs
@@ -203,26 +214,29 @@ func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID)
 			elastic = append(elastic, w)
 		case !kept:
 			c.withdraw(w, why)
-			if _, ok := byQueue[w.gang.Queue]; !ok {
+			cur := queues[w.gang.Queue]
+			if cur == nil {
+				cur = &cursor{done: true}
+				queues[w.gang.Queue] = cur
+			}
+			if !slices.Contains(queueNames, w.gang.Queue) {
 				queueNames = append(queueNames, w.gang.Queue)
 				sort.Strings(queueNames)
 			}
-			byQueue[w.gang.Queue] = append(byQueue[w.gang.Queue], w)
-			sort.SliceStable(byQueue[w.gang.Queue], func(i, j int) bool { return before(byQueue[w.gang.Queue][i], byQueue[w.gang.Queue][j]) })
+			c.putBack(cur, w)
 		}
 	}
 	// Queue-fair order: after every gang, the queue furthest below its share goes next.
 	for len(queueNames) > 0 {
 		if c.spent(maxPods) {
-			plan.Deferred = deferredPods(byQueue)
+			plan.Deferred = order.Pods() - c.reached
 			break
 		}
 		q := s.nextQueue(shares, queueNames)
-		ws := byQueue[q]
-		w := ws[0]
-		byQueue[q] = ws[1:]
-		if len(byQueue[q]) == 0 {
+		w := c.nextWork(queues[q])
+		if w == nil {
 			queueNames = remove(queueNames, q)
+			continue
 		}
 		if len(w.core) == 0 {
 			elastic = append(elastic, w)
@@ -241,56 +255,126 @@ func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID)
 	return plan
 }
 
-// admit sorts the snapshot's pending work for the cycle: gangs that must wait whatever
-// happens (missing pods, an unusable queue) are reported, nominated gangs are set apart,
-// and the rest grouped by queue, each queue's in the order of before.
-func (c *cycle) admit(skip func(model.GangID) bool, queueErr error) (nominated []*work, byQueue map[string][]*work, queueNames []string) {
-	snap, shares, plan := c.snap, c.shares, c.plan
-	byQueue = map[string][]*work{}
-	for _, w := range pendingWork(snap) {
-		if skip != nil && skip(w.gang.ID) {
-			// A skipped preemptor still owns the room its victims free: kept, or the
-			// next gang that does not fit would evict again for it (issue 19).
-			if w.nominated && len(w.core) > 0 {
-				w.held = true
+// admit opens the order's queues for the cycle. The gangs of a queue that cannot be
+// used (missing, not a leaf, a broken tree) are reported at once; the nominated
+// gangs, which go before every queue, are taken from the head of each queue and
+// returned in the order of before; the rest are read as the queue-order loop
+// reaches them (nextWork).
+func (c *cycle) admit(order *Order) (nominated []*work, queues map[string]*cursor, queueNames []string) {
+	queues = make(map[string]*cursor, len(order.queues))
+	for q, qo := range order.queues {
+		queues[q] = &cursor{q: qo}
+		queueNames = append(queueNames, q)
+	}
+	sort.Strings(queueNames)
+	usable := queueNames[:0]
+	for _, q := range queueNames {
+		cur := queues[q]
+		all := !c.queueUsable(q) // every gang is reported, but for a held preemptor
+		if !all {
+			usable = append(usable, q)
+		}
+		for k, ok := cur.peek(); ok && (k.nominated || all); k, ok = cur.peek() {
+			cur.next()
+			if w := c.admitGang(k); w != nil {
 				nominated = append(nominated, w)
 			}
-			continue
 		}
-		if w.gang.Missing != "" {
-			plan.pend(w, PendingIncomplete, w.gang.Missing)
-			continue
-		}
-		if kind, why := refusal(w); why != "" {
-			plan.pend(w, kind, why)
-			continue
-		}
-		if q := w.gang.Queue; q != "" && len(snap.Queues) > 0 {
-			if err := fairshare.ValidatePodQueue(snap.Queues, q); err != nil {
-				kind := PendingQueueNotLeaf
-				if snap.Queues[q] == nil {
-					kind = PendingQueueNotFound
-				}
-				plan.pend(w, kind, err.Error())
-				continue
-			}
-			if queueErr != nil && shares.Queue(q) == nil {
-				plan.pend(w, PendingQueueInvalid, fmt.Sprintf("queue %s is not usable: %v", q, queueErr))
-				continue
-			}
-		}
-		if w.nominated {
-			nominated = append(nominated, w)
-			continue
-		}
-		if _, ok := byQueue[w.gang.Queue]; !ok {
-			queueNames = append(queueNames, w.gang.Queue)
-		}
-		byQueue[w.gang.Queue] = append(byQueue[w.gang.Queue], w)
 	}
-	// Each queue's gangs are in the order of before already: pendingWork sorts them.
-	sort.Strings(queueNames)
-	return nominated, byQueue, queueNames
+	sort.Slice(nominated, func(i, j int) bool { return before(nominated[i], nominated[j]) })
+	return nominated, queues, usable
+}
+
+// queueUsable says whether gangs charged to q may be tried: no queues at all, or a
+// leaf of a valid tree.
+func (c *cycle) queueUsable(q string) bool {
+	snap := c.snap
+	if q == "" || len(snap.Queues) == 0 {
+		return true
+	}
+	if fairshare.ValidatePodQueue(snap.Queues, q) != nil {
+		return false
+	}
+	return c.queueErr == nil || c.shares.Queue(q) != nil
+}
+
+// nextWork takes the next gang of cur that may be tried in this cycle; the ones it
+// passes over are skipped (the caller's skip) or reported. Nil at the queue's end.
+func (c *cycle) nextWork(cur *cursor) *work {
+	for {
+		k, ok := cur.peek()
+		if len(cur.front) > 0 && (!ok || workKey(cur.front[0]).less(k)) {
+			w := cur.front[0]
+			cur.front = cur.front[1:]
+			c.reached += len(w.core) + len(w.extra)
+			return w
+		}
+		if !ok {
+			return nil
+		}
+		cur.next()
+		if w := c.admitGang(k); w != nil && !w.held {
+			return w
+		}
+	}
+}
+
+// putBack returns a gang whose nomination ended to its queue, where before puts it
+// now (withdraw made it an ordinary gang); nextWork merges it with the Order.
+func (c *cycle) putBack(cur *cursor, w *work) {
+	c.reached -= len(w.core) + len(w.extra)
+	i := sort.Search(len(cur.front), func(i int) bool { return before(w, cur.front[i]) })
+	cur.front = slices.Insert(cur.front, i, w)
+}
+
+// admitGang reads the gang of key k for the cycle. It returns nil for a gang that
+// must wait whatever happens (missing pods, an unusable queue, a pod that cannot be
+// read), which it reports, and for one the caller asked to skip; a skipped
+// preemptor is returned held: it still owns the room its victims free.
+func (c *cycle) admitGang(k orderKey) *work {
+	snap, shares, plan := c.snap, c.shares, c.plan
+	c.reached += k.pods
+	g := snap.Gangs[k.id]
+	if g == nil {
+		return nil
+	}
+	wv, ok := gangWork(snap, g)
+	if !ok {
+		return nil
+	}
+	w := &wv
+	if c.skip != nil && c.skip(w.gang.ID) {
+		// A skipped preemptor still owns the room its victims free: kept, or the
+		// next gang that does not fit would evict again for it (issue 19).
+		if w.nominated && len(w.core) > 0 {
+			w.held = true
+			return w
+		}
+		return nil
+	}
+	if w.gang.Missing != "" {
+		plan.pend(w, PendingIncomplete, w.gang.Missing)
+		return nil
+	}
+	if kind, why := refusal(w); why != "" {
+		plan.pend(w, kind, why)
+		return nil
+	}
+	if q := w.gang.Queue; q != "" && len(snap.Queues) > 0 {
+		if err := fairshare.ValidatePodQueue(snap.Queues, q); err != nil {
+			kind := PendingQueueNotLeaf
+			if snap.Queues[q] == nil {
+				kind = PendingQueueNotFound
+			}
+			plan.pend(w, kind, err.Error())
+			return nil
+		}
+		if c.queueErr != nil && shares.Queue(q) == nil {
+			plan.pend(w, PendingQueueInvalid, fmt.Sprintf("queue %s is not usable: %v", q, c.queueErr))
+			return nil
+		}
+	}
+	return w
 }
 
 // cycle is the state of one Schedule call.
@@ -300,13 +384,21 @@ type cycle struct {
 	view   *placement.View
 	shares *fairshare.Shares
 	plan   *Plan
+	// skip and queueErr are the caller's gangs to leave out and what is wrong with
+	// the queue tree.
+	skip     func(model.GangID) bool
+	queueErr error
 	// floor is the lowest priority of any pod preemption may evict; anyVictim is
-	// false when there is none, and no search can succeed.
-	floor     int32
-	anyVictim bool
-	searches  int
-	// placed counts the pods the queue-order loop placed (budget.go).
-	placed int
+	// false when there is none, and no search can succeed. Read through victimFloor:
+	// found on first use, as it walks every pod.
+	floor      int32
+	anyVictim  bool
+	floorKnown bool
+	searches   int
+	// placed counts the pods the queue-order loop placed (budget.go); reached the
+	// pending pods of the gangs the cycle has taken from the Order.
+	placed  int
+	reached int
 	// released are the pods evicted in this cycle and releasedGPUs the GPUs they hold,
 	// by node: promised to their preemptors, never chosen again (see onRoomStillHeld).
 	released     map[model.PodID]bool
@@ -351,7 +443,7 @@ func (c *cycle) placeGang(w *work) bool {
 	// own queue, and under an ancestor's limit, reclaim within that ancestor.
 	gate := c.withinLimit(w.gang.Queue, amounts, overLimit)
 	ownLimit := gate.queue == w.gang.Queue
-	if !c.mayPreempt(w) || ownLimit && w.gang.Priority <= c.floor {
+	if !c.mayPreempt(w) || ownLimit && w.gang.Priority <= c.victimFloor() {
 		plan.pend(w, PendingQueueLimit, overLimit.Error())
 		return false
 	}
@@ -415,7 +507,7 @@ func (c *cycle) placeElasticMembers(w *work, mayReclaim bool) (placedAny, waitin
 				waiting = true
 				break // its victims are still going
 			}
-			if mayReclaim && c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.anyVictim &&
+			if mayReclaim && c.withinQuota(w.gang.Queue, amounts) && c.s.Config.Preemption && c.hasVictim() &&
 				c.preempt(w, []*model.Pod{p}, amounts, PendingNoFit, unsched.Message, nil) {
 				break // nominated: it waits for its victims
 			}
@@ -473,38 +565,6 @@ func (p *Plan) pend(w *work, kind PendingKind, reason string) {
 		pods = append(pods, pod.ID)
 	}
 	p.Pending = append(p.Pending, Pending{Gang: w.gang.ID, Pods: pods, Kind: kind, Reason: reason})
-}
-
-// pendingWork lists the gangs that have pending members, in the order of before.
-// It runs every cycle over every pending gang, before any budget (budget.go) applies,
-// so it allocates one work per gang from one slab and sorts only gangs of more
-// than one pending pod.
-func pendingWork(snap *model.Snapshot) []*work {
-	n := len(snap.Gangs)
-	if snap.PendingGangs != nil {
-		n = len(snap.PendingGangs)
-	}
-	slab := make([]work, 0, n)
-	out := make([]*work, 0, n)
-	add := func(g *model.Gang) {
-		if w, ok := gangWork(snap, g); ok {
-			slab = append(slab, w)
-			out = append(out, &slab[len(slab)-1])
-		}
-	}
-	if snap.PendingGangs != nil {
-		for id := range snap.PendingGangs {
-			if g := snap.Gangs[id]; g != nil {
-				add(g)
-			}
-		}
-	} else {
-		for _, g := range snap.Gangs {
-			add(g)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return before(out[i], out[j]) })
-	return out
 }
 
 // gangWork is g's pending members as the cycle sees them; false when it has none.

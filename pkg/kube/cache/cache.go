@@ -12,6 +12,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
+	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
 // Cache keeps the scheduler's snapshot current from informer events, one object at a
@@ -26,6 +27,9 @@ type Cache struct {
 	names  map[string]bool
 	lookup gang.Lookup
 	snap   *model.Snapshot
+	// order is snap's pending gangs in the order a cycle tries them, kept with
+	// snap.PendingGangs (refreshPending) so that a cycle does not sort them all.
+	order *scheduler.Order
 
 	apiNodes  map[string]*corev1.Node
 	inventory map[string][]model.GPU
@@ -110,6 +114,7 @@ func New(schedulers []string, lookup gang.Lookup, defaultQueue string) *Cache {
 		names:       map[string]bool{},
 		lookup:      lookup,
 		snap:        newIndexedSnapshot(),
+		order:       scheduler.NewOrder(),
 		apiNodes:    map[string]*corev1.Node{},
 		inventory:   map[string][]model.GPU{},
 		slices:      map[string]map[string]*resourceapi.ResourceSlice{},
@@ -149,9 +154,11 @@ func newIndexedSnapshot() *model.Snapshot {
 	return s
 }
 
-// refreshPending keeps the snapshot's index of gangs with pending members current for
-// one gang. Caller holds mu.
+// refreshPending keeps the snapshot's index of gangs with pending members, and their
+// order, current for one gang. Call it after every change to a gang or to one of its
+// pods. Caller holds mu.
 func (c *Cache) refreshPending(g model.GangID) {
+	c.order.Refresh(c.snap, g)
 	for id := range c.gangPods[g] {
 		if p := c.snap.Pods[id]; p != nil && !p.Bound() {
 			c.snap.PendingGangs[g] = struct{}{}

@@ -60,6 +60,10 @@ func (s *cycleState) forgetPod(id model.PodID) {
 // Schedule is the core's cycle: scheduler.Scheduler.ScheduleSkipping.
 type Schedule func(snap *model.Snapshot, skip func(model.GangID) bool) *scheduler.Plan
 
+// Ordered is the core's cycle given the cache's order of the pending gangs:
+// scheduler.Scheduler.ScheduleOrdered.
+type Ordered func(snap *model.Snapshot, order *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan
+
 // Prepared is what Prepare returns.
 type Prepared struct {
 	Plan *scheduler.Plan
@@ -74,6 +78,14 @@ type Prepared struct {
 // backoff, are skipped. schedule runs under the cache's lock and must not keep the
 // snapshot: the lock never leaves the cache.
 func (c *Cache) Prepare(ctx context.Context, now time.Time, schedule Schedule) Prepared {
+	return c.PrepareOrdered(ctx, now, func(snap *model.Snapshot, _ *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan {
+		return schedule(snap, skip)
+	})
+}
+
+// PrepareOrdered is Prepare for a cycle that takes the pending gangs from the
+// cache's Order, kept across cycles, rather than sorting them all.
+func (c *Cache) PrepareOrdered(ctx context.Context, now time.Time, schedule Ordered) Prepared {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.snap.Now = now.Unix()
@@ -90,7 +102,7 @@ func (c *Cache) Prepare(ctx context.Context, now time.Time, schedule Schedule) P
 	out.AskedDRA = c.chooseDevices(ctx, skip)
 	out.DRA = time.Since(draStart)
 	c.markBadPods()
-	out.Plan = schedule(c.snap, skip)
+	out.Plan = schedule(c.snap, c.order, skip)
 	return out
 }
 
@@ -298,6 +310,7 @@ func (c *Cache) nominate(id model.PodID, node string) {
 			q.NominationOrder = c.cycle.nominations
 		}
 		c.snap.Pods[id] = &q
+		c.order.Refresh(c.snap, p.Gang) // a preemptor goes first in its queue
 	}
 }
 

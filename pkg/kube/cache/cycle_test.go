@@ -53,7 +53,9 @@ func gpuPod(name string, gpus int, priority int32, node string) *corev1.Pod {
 
 func cycle(c *Cache, s *scheduler.Scheduler) *Decisions {
 	now := time.Unix(2000, 0)
-	prep := c.Prepare(context.Background(), now, s.ScheduleSkipping)
+	prep := c.PrepareOrdered(context.Background(), now, func(snap *model.Snapshot, order *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan {
+		return s.ScheduleOrdered(snap, order, skip, 0)
+	})
 	return c.Commit(prep.Plan, now)
 }
 

@@ -208,8 +208,8 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
 	budget := r.cycleBudget()
-	prep := r.cache.Prepare(ctx, start, func(snap *model.Snapshot, skip func(model.GangID) bool) *scheduler.Plan {
-		return r.sched.ScheduleWithin(snap, skip, budget)
+	prep := r.cache.PrepareOrdered(ctx, start, func(snap *model.Snapshot, order *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan {
+		return r.sched.ScheduleOrdered(snap, order, skip, budget)
 	})
 	if prep.AskedDRA {
 		r.metrics.ObserveDRA(prep.DRA)

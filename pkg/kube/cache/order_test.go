@@ -1,0 +1,70 @@
+package cache
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gantry-dev/gantry/pkg/scheduler"
+)
+
+// checkOrder fails t when the cache's order of pending gangs differs from one built
+// afresh from every gang of its snapshot.
+func checkOrder(t *testing.T, c *Cache, when string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := *c.snap
+	all.PendingGangs = nil // from every gang, not from the index kept beside the order
+	if d := c.order.Diff(scheduler.OrderOf(&all)); d != "" {
+		t.Fatalf("%s: the cache's order of pending gangs is stale: %s", when, d)
+	}
+}
+
+// The order a cycle takes the pending gangs in is kept by the cache, change by
+// change: arrivals, binds assumed and forgotten, evictions and nominations, the
+// informer's echoes, deletions, a member that finished and a new priority.
+func TestOrderKeptWithTheSnapshot(t *testing.T) {
+	c, s := gpuCluster(t, 2, "a", "b")
+	train := gpuPod("train", 2, 10, "a")
+	train.Status.Phase = corev1.PodRunning
+	c.UpsertPod(train)
+	c.UpsertPod(gpuPod("serve", 2, 200, ""))
+	c.UpsertPod(member("job-0", ""))
+	c.UpsertPod(member("job-1", ""))
+	for i, prio := range []int32{0, 50, 50, 300} {
+		c.UpsertPod(gpuPod("single-"+string(rune('a'+i)), 1, prio, ""))
+	}
+	checkOrder(t, c, "after the arrivals")
+
+	d := cycle(c, s)
+	checkOrder(t, c, "after the first cycle")
+	if len(d.Batches) == 0 {
+		t.Fatal("the first cycle bound nothing; the test needs binds to check")
+	}
+	bound := d.Batches[0].Reqs[0].Pod
+	echo := c.apiPods[bound.ID].DeepCopy()
+	echo.Spec.NodeName = bound.Node
+	c.UpsertPod(echo)
+	checkOrder(t, c, "after a bind's echo")
+	if len(d.Batches) > 1 {
+		c.Forget(d.Batches[1].Reqs[0].Pod.ID)
+		checkOrder(t, c, "after a bind failed")
+	}
+	c.DeletePod("ns", "single-a")
+	checkOrder(t, c, "after a pending pod was deleted")
+	nominated := gpuPod("single-b", 1, 50, "")
+	nominated.Status.NominatedNodeName = "b"
+	c.UpsertPod(nominated)
+	checkOrder(t, c, "after a nomination seen by the informer")
+	done := member("job-0", "b")
+	done.Status.Phase = corev1.PodSucceeded
+	c.UpsertPod(done)
+	checkOrder(t, c, "after a member finished")
+	c.UpsertPod(gpuPod("single-c", 1, 400, ""))
+	checkOrder(t, c, "after a new priority")
+	c.UnmarkTerminating("ns/train")
+	commitAt(c, s, time.Unix(3000, 0))
+	checkOrder(t, c, "after the second cycle")
+}
