@@ -41,7 +41,6 @@ func pendingWork(snap *model.Snapshot) []*work {
 	return out
 }
 
-
 // randomOrderSnapshot is gangs of 1-3 pods over three queues (one the default),
 // with ties in priority and creation time, members bound and pods nominated.
 func randomOrderSnapshot(r *rand.Rand, gangs int) *model.Snapshot {

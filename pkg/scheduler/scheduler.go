@@ -187,7 +187,7 @@ func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip fun
 	plan := &Plan{}
 	s.Placer.ObserveSnapshot(snap)
 	view := placement.NewView(snap)
-	shares, queueErr := s.Shares(snap)
+	shares, queueErr := order.Shares(snap)
 	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan, skip: skip, queueErr: queueErr}
 
 	nominated, queues, queueNames := c.admit(order)
