@@ -26,6 +26,9 @@ type Order struct {
 	// ch are the queues' charges and the cluster's capacity, kept (charges.go); nil
 	// in an Order built for one cycle (OrderOf), which charges from scratch.
 	ch *charges
+	// touched are the gangs refreshed since Settle, where the placer's workload
+	// learner looks for new pods; nil in an Order built for one cycle.
+	touched map[model.GangID]struct{}
 }
 
 type queueOrder struct {
@@ -71,7 +74,28 @@ func keyLess(a, b orderKey) bool { return a.less(b) }
 func NewOrder() *Order {
 	o := newOrder()
 	o.ch = newCharges()
+	o.touched = map[model.GangID]struct{}{}
 	return o
+}
+
+// Settle tells the Order that a cycle has seen the gangs refreshed so far: the next
+// cycle's workload learner looks at the gangs refreshed after it only.
+func (o *Order) Settle() {
+	if o.touched != nil {
+		clear(o.touched)
+	}
+}
+
+// observed is the snapshot the placer's workload learner is shown: with an Order
+// that keeps track, snap with only the gangs refreshed since Settle as pending,
+// which is where new pods appear, rather than every pending gang.
+func (o *Order) observed(snap *model.Snapshot) *model.Snapshot {
+	if o.touched == nil {
+		return snap
+	}
+	v := *snap
+	v.PendingGangs = o.touched
+	return &v
 }
 
 func newOrder() *Order {
@@ -101,6 +125,9 @@ func OrderOf(snap *model.Snapshot) *Order {
 func (o *Order) Refresh(snap *model.Snapshot, g model.GangID) {
 	if o.ch != nil {
 		o.ch.refreshGang(snap, g)
+	}
+	if o.touched != nil {
+		o.touched[g] = struct{}{}
 	}
 	key, ok := keyOf(snap, g)
 	old, had := o.keys[g]

@@ -103,6 +103,7 @@ func (c *Cache) PrepareOrdered(ctx context.Context, now time.Time, schedule Orde
 	out.DRA = time.Since(draStart)
 	c.markBadPods()
 	out.Plan = schedule(c.snap, c.order, skip)
+	c.order.Settle()
 	return out
 }
 
