@@ -74,7 +74,6 @@ $(BIN)/controller-gen: hack/tools/controller-gen/go.mod hack/tools/controller-ge
 
 $(BIN)/helm: hack/tools/helm/go.mod hack/tools/helm/go.sum
 	$(call progress,helm)
-	@echo ">> building helm"
 	cd hack/tools/helm && v=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v3) && \
 	$(GO) build -trimpath -o $@ -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$$v \
 	  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \

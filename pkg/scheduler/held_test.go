@@ -17,28 +17,8 @@ import (
 // again. Before, the second cycle saw the first victims' GPUs as taken and evicted a
 // third 4-GPU gang for 8 one-GPU services (1.50 freed ÷ needed, live and here).
 func TestSkippedPreemptorKeepsItsRoom(t *testing.T) {
-	s := sc.Scenario{Queues: []sc.Queue{{Name: "team", Quota: -1}}, Linger: map[string]int{}}
-	for n := 0; n < 2; n++ {
-		node := fmt.Sprintf("n%d", n)
-		s.Nodes = append(s.Nodes, sc.Node{Name: node, GPUs: 8})
-		s.Linger[node] = 3
-		for k := 0; k < 2; k++ {
-			s.Gangs = append(s.Gangs, sc.Gang{Name: fmt.Sprintf("train-%d", 2*n+k), Queue: "team", Priority: 50,
-				Pods: 4, GPUs: 1, On: node, StartedAgo: int64(3600 + 60*(2*n+k))})
-		}
-	}
 	const burst = 8
-	for i := 0; i < burst; i++ {
-		s.Gangs = append(s.Gangs, sc.Gang{Name: fmt.Sprintf("serve-%d", i), Queue: "team", Priority: 125, NonPreemptible: true, GPUs: 1})
-	}
-	snap, err := sc.Build(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := scheduler.New("", scheduler.Config{Preemption: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap, sched, linger := trainingCluster(t, 2, 4, 3, sc.Gang{GPUs: 1}, burst)
 	// Cycle 1 sees serve-0 alone (the others are not created yet); each later cycle
 	// sees the next arrivals and skips the gangs left pending before, as the cache
 	// does while its capacity has not changed.
@@ -68,11 +48,11 @@ func TestSkippedPreemptorKeepsItsRoom(t *testing.T) {
 			pendingBefore[p.Gang] = true
 		}
 		t.Logf("cycle %d: binds %v evicts %v nominates %v pending %v", cycle, sc.Binds(plan), sc.Evicted(plan), sc.Nominated(plan), sc.PendingKinds(plan))
-		leaving = sc.ApplyLingering(snap, plan, s.Linger, leaving)
+		leaving = sc.ApplyLingering(snap, plan, linger, leaving)
 	}
 	for i := 0; i < burst; i++ {
-		if p := snap.Pods[sc.PodID(fmt.Sprintf("serve-%d", i), 0)]; !p.Bound() {
-			t.Errorf("serve-%d is not bound after 8 cycles", i)
+		if p := snap.Pods[sc.PodID(serveName(i), 0)]; !p.Bound() {
+			t.Errorf("%s is not bound after 8 cycles", serveName(i))
 		}
 	}
 	if len(evicted) != 2 {
@@ -99,30 +79,7 @@ func TestBurstArrivingOverCycles(t *testing.T) {
 }
 
 func burstOverCycles(t *testing.T, serve sc.Gang, burst, perCycle int) {
-	s := sc.Scenario{Queues: []sc.Queue{{Name: "team", Quota: -1}}, Linger: map[string]int{}}
-	for n := 0; n < 8; n++ {
-		node := fmt.Sprintf("n%d", n)
-		s.Nodes = append(s.Nodes, sc.Node{Name: node, GPUs: 8})
-		s.Linger[node] = 3
-		for k := 0; k < 2; k++ {
-			s.Gangs = append(s.Gangs, sc.Gang{Name: fmt.Sprintf("train-%d", 2*n+k), Queue: "team", Priority: 50,
-				Pods: 4, GPUs: 1, On: node, StartedAgo: int64(3600 + 60*(2*n+k))})
-		}
-	}
-	serveName := func(i int) string { return fmt.Sprintf("serve-%02d", i) }
-	for i := 0; i < burst; i++ {
-		g := serve
-		g.Name, g.Queue, g.Priority, g.NonPreemptible = serveName(i), "team", 125, true
-		s.Gangs = append(s.Gangs, g)
-	}
-	snap, err := sc.Build(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := scheduler.New("", scheduler.Config{Preemption: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap, sched, linger := trainingCluster(t, 8, 4, 3, serve, burst)
 	pendingBefore := map[model.GangID]bool{}
 	nominatedIn := map[model.GangID]int{}
 	evictedGPUs := map[model.GangID][]string{}
@@ -158,7 +115,7 @@ func burstOverCycles(t *testing.T, serve sc.Gang, burst, perCycle int) {
 			pendingBefore[p.Gang] = true
 		}
 		before := len(leaving)
-		leaving = sc.ApplyLingering(snap, plan, s.Linger, leaving)
+		leaving = sc.ApplyLingering(snap, plan, linger, leaving)
 		freed = len(leaving) < before
 		if arrived == burst && allBound(snap, burst, serveName) && len(leaving) == 0 {
 			break

@@ -82,30 +82,7 @@ type gpuKey struct {
 
 func runBurst(t *testing.T, trainMin int, serve sc.Gang, burst int) burstResult {
 	t.Helper()
-	s := sc.Scenario{Queues: []sc.Queue{{Name: "team", Quota: -1}}, Linger: map[string]int{}}
-	for n := 0; n < 8; n++ {
-		node := fmt.Sprintf("n%d", n)
-		s.Nodes = append(s.Nodes, sc.Node{Name: node, GPUs: 8})
-		s.Linger[node] = 2
-		for k := 0; k < 2; k++ {
-			s.Gangs = append(s.Gangs, sc.Gang{Name: fmt.Sprintf("train-%d", 2*n+k), Queue: "team", Priority: 50,
-				Pods: 4, Min: trainMin, GPUs: 1, On: node, StartedAgo: int64(3600 + 60*(2*n+k))})
-		}
-	}
-	serveName := func(i int) string { return fmt.Sprintf("serve-%02d", i) }
-	for i := 0; i < burst; i++ {
-		g := serve
-		g.Name, g.Queue, g.Priority, g.NonPreemptible = serveName(i), "team", 125, true
-		s.Gangs = append(s.Gangs, g)
-	}
-	snap, err := sc.Build(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := scheduler.New("", scheduler.Config{Preemption: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap, sched, linger := trainingCluster(t, 8, trainMin, 2, serve, burst)
 	freeAtStart := map[gpuKey]int64{}
 	for _, n := range snap.Nodes {
 		for i := range n.GPUs {
@@ -129,7 +106,7 @@ func runBurst(t *testing.T, trainMin int, serve sc.Gang, burst int) burstResult 
 				r.freed += bindingBytes(n, b)
 			}
 		}
-		leaving = sc.ApplyLingering(snap, plan, s.Linger, leaving)
+		leaving = sc.ApplyLingering(snap, plan, linger, leaving)
 		r.partial += partlyBound(snap)
 		if allBound(snap, burst, serveName) && len(leaving) == 0 {
 			break
@@ -199,3 +176,38 @@ func allBound(snap *model.Snapshot, burst int, name func(int) string) bool {
 	}
 	return true
 }
+
+// trainingCluster is issue 19's cluster in the core: nodes × 8 GPUs, each full of two
+// training gangs of 4 one-GPU workers (minimum trainMin), started an hour ago, then
+// burst inference gangs shaped like serve (serve-00, serve-01, …), all in queue
+// "team". Victims linger for linger cycles while they terminate. It returns the
+// snapshot, a scheduler with preemption on, and the nodes' linger counts.
+func trainingCluster(t *testing.T, nodes, trainMin, linger int, serve sc.Gang, burst int) (*model.Snapshot, *scheduler.Scheduler, map[string]int) {
+	t.Helper()
+	s := sc.Scenario{Queues: []sc.Queue{{Name: "team", Quota: -1}}, Linger: map[string]int{}}
+	for n := 0; n < nodes; n++ {
+		node := fmt.Sprintf("n%d", n)
+		s.Nodes = append(s.Nodes, sc.Node{Name: node, GPUs: 8})
+		s.Linger[node] = linger
+		for k := 0; k < 2; k++ {
+			s.Gangs = append(s.Gangs, sc.Gang{Name: fmt.Sprintf("train-%d", 2*n+k), Queue: "team", Priority: 50,
+				Pods: 4, Min: trainMin, GPUs: 1, On: node, StartedAgo: int64(3600 + 60*(2*n+k))})
+		}
+	}
+	for i := 0; i < burst; i++ {
+		g := serve
+		g.Name, g.Queue, g.Priority, g.NonPreemptible = serveName(i), "team", 125, true
+		s.Gangs = append(s.Gangs, g)
+	}
+	snap, err := sc.Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduler.New("", scheduler.Config{Preemption: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap, sched, s.Linger
+}
+
+func serveName(i int) string { return fmt.Sprintf("serve-%02d", i) }

@@ -31,9 +31,10 @@ import (
 // (cache.AnnotatedDemand, cache.ParseGPUs).
 //
 // With Templates set (--annotation-share-claims), it also turns a
-// gantry.dev/gpu-memory annotation into a DRA claim the node agent prepares
-// (shareClaimPatch), creating the share's ResourceClaimTemplate in the pod's
-// namespace first; if that fails the pod is admitted unchanged, with a warning.
+// gantry.dev/gpu-memory or gantry.dev/gpu-fraction annotation into a DRA claim the
+// node agent prepares (shareTemplate), creating the share's ResourceClaimTemplate in
+// the pod's namespace first; if that fails the pod is admitted unchanged, with a
+// warning. While no node publishes a Gantry GPU (Sizes), annotations stay as they are.
 //
 // It only ever adds; it never changes a value a user wrote, and it
 // must be registered with failurePolicy: Ignore so that an outage blocks no pod (the
@@ -41,6 +42,9 @@ import (
 type PodDefaulter struct {
 	// Templates creates share templates; nil leaves annotation shares as they are.
 	Templates TemplateEnsurer
+	// Sizes are the GPU sizes the node agents publish; none (or nil) leaves
+	// annotation shares as they are.
+	Sizes GPUSizes
 }
 
 // ServeHTTP answers one AdmissionReview.
@@ -68,8 +72,12 @@ func (p PodDefaulter) Review(ctx context.Context, req *admissionv1.AdmissionRequ
 	if len(patch) > 0 {
 		warnings = append(warnings, fmt.Sprintf("gantry set %d missing extended-resource limits equal to their requests", len(patch)))
 	}
-	if ops, w := p.shareClaims(ctx, req, &pod); len(ops) > 0 || w != "" {
-		patch = append(patch, ops...)
+	ops, w, refusal := p.shareClaims(ctx, req, &pod)
+	if refusal != "" {
+		return deny(http.StatusUnprocessableEntity, refusal)
+	}
+	patch = append(patch, ops...)
+	if w != "" {
 		warnings = append(warnings, w)
 	}
 	if len(patch) == 0 {
@@ -89,25 +97,25 @@ func (p PodDefaulter) Review(ctx context.Context, req *admissionv1.AdmissionRequ
 }
 
 // shareClaims is the annotation-share part of Review: the patch and a warning
-// saying what was done, or why not.
-func (p PodDefaulter) shareClaims(ctx context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) ([]jsonPatchOp, string) {
+// saying what was done, or why not; or a refusal.
+func (p PodDefaulter) shareClaims(ctx context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) ([]jsonPatchOp, string, string) {
 	if p.Templates == nil {
-		return nil, ""
+		return nil, "", ""
 	}
-	ops, tmpl := shareClaimPatch(pod)
-	if ops == nil {
-		return nil, ""
+	pod.Namespace = req.Namespace
+	tmpl, warning, refusal := p.shareTemplate(ctx, pod)
+	if tmpl == nil {
+		return nil, warning, refusal
 	}
-	tmpl.Namespace = req.Namespace
 	// A dry run shows the pod as it would be, and creates nothing.
 	if req.DryRun == nil || !*req.DryRun {
 		if err := p.Templates(ctx, tmpl); err != nil {
-			return nil, fmt.Sprintf("gantry could not create ResourceClaimTemplate %s/%s (%v): the %s share stays an annotation, which no container receives",
-				tmpl.Namespace, tmpl.Name, err, names.AnnotationGPUMemory)
+			return nil, fmt.Sprintf("gantry could not create ResourceClaimTemplate %s/%s (%v): the share stays an annotation, which no container receives",
+				tmpl.Namespace, tmpl.Name, err), ""
 		}
 	}
-	return ops, fmt.Sprintf("gantry turned %s into the DRA claim %q (template %s), which the node agent prepares for every container",
-		names.AnnotationGPUMemory, ShareClaimRef, tmpl.Name)
+	return shareClaimOps(pod, tmpl.Name), fmt.Sprintf("gantry turned the pod's GPU share annotation into the DRA claim %q (template %s), which the node agent prepares for every container",
+		ShareClaimRef, tmpl.Name), ""
 }
 
 // gpuAnnotationProblem says what is wrong with a pod's gantry.dev GPU annotations and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -55,6 +56,7 @@ func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface, opt
 	pods := PodDefaulter{}
 	if o.annotationShareClaims {
 		pods.Templates = DynamicTemplateEnsurer(dyn)
+		pods.Sizes = DynamicGPUSizes(dyn, 30*time.Second)
 	}
 	mux.Handle(DefaultPodPath, pods)
 	ln, err := net.Listen("tcp", addr)
@@ -72,9 +74,10 @@ type Option func(*options)
 
 type options struct{ annotationShareClaims bool }
 
-// WithAnnotationShareClaims makes the pod webhook turn gantry.dev/gpu-memory
-// annotations into DRA claims (PodDefaulter.Templates); the scheduler then needs
-// create on resourceclaimtemplates.
+// WithAnnotationShareClaims makes the pod webhook turn gantry.dev/gpu-memory and
+// gantry.dev/gpu-fraction annotations into DRA claims (PodDefaulter.Templates and
+// Sizes); the scheduler then needs create on resourceclaimtemplates and list on
+// resourceslices.
 func WithAnnotationShareClaims(on bool) Option {
 	return func(o *options) { o.annotationShareClaims = on }
 }

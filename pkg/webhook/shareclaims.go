@@ -20,7 +20,8 @@ import (
 )
 
 // ShareClaimRef is the entry the pod webhook adds to spec.resourceClaims of a pod
-// whose gantry.dev/gpu-memory annotation it turns into a DRA claim.
+// whose gantry.dev/gpu-memory or gantry.dev/gpu-fraction annotation it turns into a
+// DRA claim.
 const ShareClaimRef = "gantry-gpu-share"
 
 // ShareTemplateName is the ResourceClaimTemplate for a share of this many bytes: one
@@ -65,37 +66,69 @@ func DynamicTemplateEnsurer(dyn dynamic.Interface) TemplateEnsurer {
 	}
 }
 
-// shareClaimPatch turns a pod's gantry.dev/gpu-memory annotation into a DRA claim:
-// spec.resourceClaims gets ShareClaimRef from the share's template, and every
-// container lists it, so that the node agent prepares the share (device node,
-// driver libraries, MPS) for each of them. It returns nil for a pod it leaves alone:
-// no gpu-memory annotation, a gpu-fraction one (a fraction's bytes depend on the GPU
-// the scheduler picks, and a claim must name them), an nvidia.com/gpu request (the
-// device plugin serves it; the annotation then shares each of those GPUs), or a pod
-// that already has the entry. The annotation stays: the scheduler reads claims first
-// (DESIGN.md's first-match-wins order), so the share is counted once, as a claim.
-func shareClaimPatch(pod *corev1.Pod) ([]jsonPatchOp, *resourceapi.ResourceClaimTemplate) {
-	v, ok := pod.Annotations[names.AnnotationGPUMemory]
-	if !ok || len(pod.Spec.Containers) == 0 {
-		return nil, nil
-	}
-	if _, frac := pod.Annotations[names.AnnotationGPUFraction]; frac {
-		return nil, nil
-	}
-	bytes, err := cache.ParseGPUMemory(v)
-	if err != nil {
-		return nil, nil
-	}
-	if q, ok := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[names.ExtendedGPUResource]; ok && !q.IsZero() {
-		return nil, nil
+// shareTemplate decides what a pod's annotation share becomes: the template of its
+// claim, or nil with a warning saying why it stays an annotation, or a refusal.
+//   - gantry.dev/gpu-memory: ShareTemplate, any GPU with that much memory free;
+//   - gantry.dev/gpu-fraction: FractionTemplate over the cluster's GPU sizes;
+//   - nothing, silently, for a pod without either or one that has the entry already;
+//   - nothing, with a warning, while no node publishes a Gantry GPU (no node agent:
+//     the scheduler books the share from the annotation, as before, on nodes whose GPUs
+//     it knows from their labels) or when the sizes cannot be read;
+//   - a refusal for a pod that also requests nvidia.com/gpu, as KAI Scheduler refuses
+//     it: the device plugin would give the container whole GPUs beside the claim.
+//
+// The annotation stays on the pod: the scheduler reads claims first (DESIGN.md's
+// first-match-wins order), so the share is counted once, as a claim.
+func (p PodDefaulter) shareTemplate(ctx context.Context, pod *corev1.Pod) (tmpl *resourceapi.ResourceClaimTemplate, warning, refusal string) {
+	mem, hasMem := pod.Annotations[names.AnnotationGPUMemory]
+	frac, hasFrac := pod.Annotations[names.AnnotationGPUFraction]
+	if (!hasMem && !hasFrac) || len(pod.Spec.Containers) == 0 {
+		return nil, "", ""
 	}
 	for _, pc := range pod.Spec.ResourceClaims {
 		if pc.Name == ShareClaimRef {
-			return nil, nil
+			return nil, "", ""
 		}
 	}
-	tmpl := ShareTemplate(pod.Namespace, bytes)
-	entry := map[string]any{"name": ShareClaimRef, "resourceClaimTemplateName": tmpl.Name}
+	key := names.AnnotationGPUMemory
+	if !hasMem {
+		key = names.AnnotationGPUFraction
+	}
+	var sizes []int64
+	var err error
+	if p.Sizes != nil {
+		sizes, err = p.Sizes(ctx)
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("gantry could not read the cluster's GPU sizes (%v): the %s share stays an annotation, which no container receives", err, key), ""
+	case len(sizes) == 0:
+		return nil, fmt.Sprintf("no node publishes %s GPUs (no node agent): the %s share stays an annotation, which the scheduler books but no container receives", names.DriverName, key), ""
+	}
+	if q, ok := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[names.ExtendedGPUResource]; ok && !q.IsZero() {
+		return nil, "", fmt.Sprintf("pod requests %s and sets %s: the node agent serves %s as a DRA claim, and the device plugin would give the container whole GPUs beside it (KAI Scheduler refuses this too); "+
+			"drop the %s request, or drop the annotation for whole GPUs, or write a ResourceClaim of class %s with count and capacity.requests.memory for shares of several GPUs",
+			names.ExtendedGPUResource, key, key, names.ExtendedGPUResource, names.DriverName)
+	}
+	if hasMem {
+		bytes, err := cache.ParseGPUMemory(mem)
+		if err != nil {
+			return nil, "", "" // gpuAnnotationProblem refuses it first
+		}
+		return ShareTemplate(pod.Namespace, bytes), "", ""
+	}
+	milli, err := cache.ParseGPUFraction(frac)
+	if err != nil {
+		return nil, "", ""
+	}
+	return FractionTemplate(pod.Namespace, milli, sizes), "", ""
+}
+
+// shareClaimOps adds ShareClaimRef from template tmpl to spec.resourceClaims and to
+// every container's resources.claims, so that the node agent prepares the share
+// (device node, driver libraries, MPS) for each of them.
+func shareClaimOps(pod *corev1.Pod, tmpl string) []jsonPatchOp {
+	entry := map[string]any{"name": ShareClaimRef, "resourceClaimTemplateName": tmpl}
 	var ops []jsonPatchOp
 	if len(pod.Spec.ResourceClaims) == 0 {
 		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/resourceClaims", Value: []any{entry}})
@@ -110,5 +143,5 @@ func shareClaimPatch(pod *corev1.Pod) ([]jsonPatchOp, *resourceapi.ResourceClaim
 			ops = append(ops, jsonPatchOp{Op: "add", Path: fmt.Sprintf("/spec/containers/%d/resources/claims/-", i), Value: ref})
 		}
 	}
-	return ops, tmpl
+	return ops
 }

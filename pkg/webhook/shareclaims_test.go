@@ -85,7 +85,7 @@ func TestGPUMemoryAnnotationBecomesAClaim(t *testing.T) {
 		Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "other"}}}})
 	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "other", ResourceClaimName: ptr.To("nic")}}
 	req := sharePodRequest(t, pod)
-	resp := PodDefaulter{Templates: rec.ensure}.Review(context.Background(), req)
+	resp := PodDefaulter{Templates: rec.ensure, Sizes: fixedSizes(h100)}.Review(context.Background(), req)
 	got := applied(t, req, resp)
 
 	if len(rec.made) != 1 {
@@ -139,20 +139,27 @@ func TestGPUMemoryAnnotationBecomesAClaim(t *testing.T) {
 	}
 }
 
+// h100 and a100 are the memory a share can take on those GPUs, as the node agent
+// publishes it (the total less what the driver reserves).
+const (
+	h100 = 79_646 << 20
+	a100 = 39_936 << 20
+)
+
+func fixedSizes(sizes ...int64) GPUSizes {
+	return func(context.Context) ([]int64, error) { return sizes, nil }
+}
+
 func TestAnnotationSharesLeftAlone(t *testing.T) {
-	gpu := resource.MustParse("1")
 	cases := map[string]*corev1.Pod{
 		"no annotation": annotatedPod(nil),
-		"a fraction (its bytes depend on the GPU)": annotatedPod(map[string]string{names.AnnotationGPUFraction: "0.5"}),
-		"shares of nvidia.com/gpu GPUs": annotatedPod(map[string]string{names.AnnotationGPUMemory: "20Gi"}, corev1.Container{Name: "w",
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": gpu}, Limits: corev1.ResourceList{"nvidia.com/gpu": gpu}}}),
 	}
 	converted := annotatedPod(map[string]string{names.AnnotationGPUMemory: "20Gi"})
 	converted.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: ShareClaimRef, ResourceClaimTemplateName: ptr.To(ShareTemplateName(20 << 30))}}
 	cases["already converted"] = converted
 	for name, pod := range cases {
 		rec := &recordTemplates{}
-		resp := PodDefaulter{Templates: rec.ensure}.Review(context.Background(), sharePodRequest(t, pod))
+		resp := PodDefaulter{Templates: rec.ensure, Sizes: fixedSizes(h100)}.Review(context.Background(), sharePodRequest(t, pod))
 		if !resp.Allowed || len(rec.made) > 0 || strings.Contains(string(resp.Patch), ShareClaimRef) {
 			t.Errorf("%s: allowed %v, templates %d, patch %s", name, resp.Allowed, len(rec.made), resp.Patch)
 		}
@@ -162,19 +169,58 @@ func TestAnnotationSharesLeftAlone(t *testing.T) {
 	if len(resp.Patch) > 0 {
 		t.Errorf("converted without Templates: %s", resp.Patch)
 	}
+	// No node agent publishes a GPU (a sandbox whose nodes only have GPU Feature
+	// Discovery labels), or the sizes cannot be read: the annotation stays, as
+	// before, and the warning says so.
+	for what, sizes := range map[string]GPUSizes{
+		"no Gantry GPU": fixedSizes(),
+		"no sizes":      func(context.Context) ([]int64, error) { return nil, errors.New("forbidden") },
+	} {
+		for _, ann := range []map[string]string{{names.AnnotationGPUMemory: "20Gi"}, {names.AnnotationGPUFraction: "0.5"}} {
+			rec := &recordTemplates{}
+			resp := PodDefaulter{Templates: rec.ensure, Sizes: sizes}.Review(context.Background(), sharePodRequest(t, annotatedPod(ann)))
+			if !resp.Allowed || len(rec.made) > 0 || len(resp.Patch) > 0 || !strings.Contains(strings.Join(resp.Warnings, " "), "stays an annotation") {
+				t.Errorf("%s, %v: allowed %v, templates %d, patch %s, warnings %v", what, ann, resp.Allowed, len(rec.made), resp.Patch, resp.Warnings)
+			}
+		}
+	}
+}
+
+// A share annotation beside an nvidia.com/gpu request is refused, as KAI Scheduler
+// refuses it, once shares become claims: the device plugin would give the container
+// whole GPUs beside the claim's share. The refusal says what to write instead.
+func TestShareAnnotationWithDevicePluginGPUsIsRefused(t *testing.T) {
+	gpu := resource.MustParse("1")
+	for _, ann := range []map[string]string{{names.AnnotationGPUMemory: "20Gi"}, {names.AnnotationGPUFraction: "0.5"}} {
+		pod := annotatedPod(ann, corev1.Container{Name: "w",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": gpu}, Limits: corev1.ResourceList{"nvidia.com/gpu": gpu}}})
+		rec := &recordTemplates{}
+		resp := PodDefaulter{Templates: rec.ensure, Sizes: fixedSizes(h100)}.Review(context.Background(), sharePodRequest(t, pod))
+		if resp.Allowed || len(rec.made) > 0 || resp.Result == nil ||
+			!strings.Contains(resp.Result.Message, "drop the nvidia.com/gpu request") {
+			t.Errorf("%v with nvidia.com/gpu: allowed %v, templates %d, result %+v", ann, resp.Allowed, len(rec.made), resp.Result)
+		}
+		// Without share claims (or without a node agent) the scheduler books the share
+		// on each device-plugin GPU, as before.
+		for _, d := range []PodDefaulter{{}, {Templates: rec.ensure, Sizes: fixedSizes()}} {
+			if resp := d.Review(context.Background(), sharePodRequest(t, pod)); !resp.Allowed {
+				t.Errorf("%v with nvidia.com/gpu refused without share claims: %+v", ann, resp.Result)
+			}
+		}
+	}
 }
 
 func TestShareTemplateFailureAdmitsThePodUnchanged(t *testing.T) {
 	rec := &recordTemplates{err: errors.New("forbidden")}
 	req := sharePodRequest(t, annotatedPod(map[string]string{names.AnnotationGPUMemory: "8Gi"}))
-	resp := PodDefaulter{Templates: rec.ensure}.Review(context.Background(), req)
+	resp := PodDefaulter{Templates: rec.ensure, Sizes: fixedSizes(h100)}.Review(context.Background(), req)
 	if !resp.Allowed || len(resp.Patch) > 0 || !strings.Contains(strings.Join(resp.Warnings, " "), "forbidden") {
 		t.Errorf("allowed %v patch %s warnings %v", resp.Allowed, resp.Patch, resp.Warnings)
 	}
 	// A dry run patches but creates nothing.
 	rec = &recordTemplates{}
 	req.DryRun = ptr.To(true)
-	resp = PodDefaulter{Templates: rec.ensure}.Review(context.Background(), req)
+	resp = PodDefaulter{Templates: rec.ensure, Sizes: fixedSizes(h100)}.Review(context.Background(), req)
 	if len(rec.made) != 0 || !strings.Contains(string(resp.Patch), ShareClaimRef) {
 		t.Errorf("dry run: templates %d, patch %s", len(rec.made), resp.Patch)
 	}

@@ -70,7 +70,7 @@ func (p *process) pid() int { return p.cmd.Process.Pid }
 func (p *process) exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s exited: %v (log %s)", p.name, p.err, p.log.Name())
+		return fmt.Errorf("%s exited: %v (log %s, ending: %s)", p.name, p.err, p.log.Name(), logTail(p.log.Name(), 5))
 	default:
 		return nil
 	}
@@ -298,4 +298,18 @@ func loadAverage() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+// logTail is the last n lines of a log, joined by " | ", so that a process that died
+// says why where the run's status is printed (the log's folder may be gone by then).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
 }

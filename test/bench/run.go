@@ -335,7 +335,9 @@ func inspect(ctx context.Context, client kubernetes.Interface, s Scenario, sched
 		// Binding a DRA pod without allocating its claim is not scheduling it: the
 		// kubelet would refuse it.
 		r.Status = fmt.Sprintf("%s: %d bound, %d claims allocated", StatusNotSupported, r.Bound, check.ClaimsAllocated)
-	case r.Bound == 0 && sched == Gantry:
+	case r.Bound == 0 && sched == Gantry && (r.Status == StatusStalled || r.Status == StatusTimeout):
+		// A scheduler that exited or failed keeps its own error: it is no verdict on
+		// DRA support.
 		r.Status = fmt.Sprintf("%s: bound none of %d DRA pods (%s)", StatusNotSupported, s.Pods, r.Status)
 	}
 	return nil

@@ -80,7 +80,8 @@ func TestChartDefaults(t *testing.T) {
 		"RoleBinding/gantry-scheduler-leader-election", "RoleBinding/gantry-scheduler-webhook-certs",
 		"Service/gantry-node-agent-metrics", "Service/gantry-scheduler-metrics", "Service/gantry-scheduler-webhook",
 		"ServiceAccount/gantry-node-agent", "ServiceAccount/gantry-scheduler",
-		"ValidatingAdmissionPolicy/gantry-node-agent-node-scoped", "ValidatingAdmissionPolicyBinding/gantry-node-agent-node-scoped",
+		"ValidatingAdmissionPolicy/gantry-node-agent-claim-status", "ValidatingAdmissionPolicy/gantry-node-agent-node-scoped",
+		"ValidatingAdmissionPolicyBinding/gantry-node-agent-claim-status", "ValidatingAdmissionPolicyBinding/gantry-node-agent-node-scoped",
 		"ValidatingWebhookConfiguration/gantry-scheduler-queues",
 	}
 	if !slices.Equal(have, want) {

@@ -82,6 +82,10 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	}
 	grant(s, []string{"update", "patch"}, "resource.k8s.io", "resourceclaims", "status")
 	grant(s, []string{"update", "patch"}, "resource.k8s.io", "resourceclaims", "") // the delete-protection finalizer
+	// The pod webhook's annotation-share templates (webhooks.annotationShareClaims,
+	// on with the node agent).
+	grant(s, []string{"get", "create"}, "resource.k8s.io", "resourceclaimtemplates", "")
+	deny(s, "delete", "resource.k8s.io", "resourceclaimtemplates", "", "default")
 	for _, r := range []string{"queues", "podgroups"} {
 		grant(s, read, "scheduling.gantry.dev", r, "")
 		grant(s, []string{"patch", "update"}, "scheduling.gantry.dev", r, "status")
@@ -141,7 +145,12 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	deny(a, "get", "", "secrets", "", "default")
 	deny(a, "list", "", "nodes", "", "")
 	deny(a, "update", "", "nodes", "", "")
-	deny(a, "update", "resource.k8s.io", "resourceclaims", "status", "default")
+	// Whether a share is enforced, in the claim's status (nodeAgent.claimStatus): any
+	// claim as far as RBAC goes; the chart's ValidatingAdmissionPolicy keeps each
+	// agent to claims allocated on its node (pkg/agent/integration).
+	grant(a, []string{"update"}, "resource.k8s.io", "resourceclaims", "status")
+	deny(a, "update", "resource.k8s.io", "resourceclaims", "", "default")
+	deny(a, "patch", "resource.k8s.io", "resourceclaims", "status", "default")
 	deny(a, "delete", "gpu.gantry.dev", "gpunodes", "", "")
 	deny(a, "update", "coordination.k8s.io", "leases", "", releaseNamespace)
 	return ps

@@ -43,7 +43,7 @@ func hostIP(t *testing.T) string {
 }
 
 // serveWebhooks serves the chart's webhooks from certDir on this host until ctx
-// ends and points Service ns/svc at them with hand-made endpoints.
+// ends and points Service ns/svc at them with a hand-made EndpointSlice.
 func serveWebhooks(ctx context.Context, t *testing.T, ns, svc, certDir string) {
 	t.Helper()
 	ip := hostIP(t)
@@ -56,16 +56,10 @@ func serveWebhooks(ctx context.Context, t *testing.T, ns, svc, certDir string) {
 	if err := webhook.Serve(ctx, net.JoinHostPort(ip, strconv.Itoa(port)), certDir, dynamic.NewForConfigOrDie(env.Config)); err != nil {
 		t.Fatal(err)
 	}
-	// Both APIs: the API server's resolver reads one or the other, by version.
-	if _, err := env.Client.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
-		ObjectMeta: metav1.ObjectMeta{Name: svc},
-		Subsets: []corev1.EndpointSubset{{
-			Addresses: []corev1.EndpointAddress{{IP: ip}},
-			Ports:     []corev1.EndpointPort{{Name: "webhook", Port: int32(port), Protocol: corev1.ProtocolTCP}},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The pinned API server resolves a webhook's Service from its EndpointSlices only
+	// (k8s.io/apiserver/pkg/util/proxy.ResolveEndpoint), skipping slices without
+	// endpoints: the endpointslice controller's own slice of a Service whose selector
+	// matches no running pod leaves this one the only choice.
 	if _, err := env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: svc + "-test", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
 		AddressType: discoveryv1.AddressTypeIPv4,

@@ -3,6 +3,7 @@ package invariant
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -127,10 +128,31 @@ func UnexplainedPods(s *State, schedulers []string, boundTime time.Duration) []V
 			continue
 		}
 		out = append(out, Violation{Kind: LostPod, Subject: "pod " + podKey(p), At: s.Now,
-			Message: fmt.Sprintf("neither bound nor pending with a reason %s after creation (scheduler %s)", age.Round(time.Second), p.Spec.SchedulerName)})
+			Message: fmt.Sprintf("neither bound nor pending with a reason %s after creation (scheduler %s; %s)", age.Round(time.Second), p.Spec.SchedulerName, statusSummary(p))})
 	}
 	sortViolations(out)
 	return out
+}
+
+// statusSummary is what a lost pod's status shows, for whoever chases the cause: its
+// uid (a re-created pod of the same name is another pod), phase, nominated node and
+// conditions.
+func statusSummary(p *corev1.Pod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "uid %s, phase %q", p.UID, p.Status.Phase)
+	if n := p.Status.NominatedNodeName; n != "" {
+		fmt.Fprintf(&b, ", nominated to %s", n)
+	}
+	if len(p.Status.Conditions) == 0 {
+		b.WriteString(", no conditions")
+	}
+	for _, c := range p.Status.Conditions {
+		fmt.Fprintf(&b, ", %s=%s", c.Type, c.Status)
+		if c.Reason != "" {
+			fmt.Fprintf(&b, " (%s)", c.Reason)
+		}
+	}
+	return b.String()
 }
 
 // QueueGPUs sums the GPUs of bound, unfinished pods per queue and up its ancestors.

@@ -27,6 +27,13 @@ type Sample struct {
 	At         time.Time `json:"at"`
 	RSSBytes   float64   `json:"rssBytes"`
 	Goroutines float64   `json:"goroutines"`
+	// HeapBytes is the Go heap in use (go_memstats_heap_inuse_bytes; 0 when not
+	// exposed): RSS that grows while it stays flat is the runtime keeping freed pages,
+	// not live data.
+	HeapBytes float64 `json:"heapBytes"`
+	// Load1 is the test machine's 1-minute load average when the sample was taken
+	// (set by the caller; 0 when unknown), to read the cycle p99 against.
+	Load1 float64 `json:"load1"`
 	// Cycle is the cumulative cycle-latency histogram: upper bound → count.
 	Cycle map[float64]uint64 `json:"-"`
 }
@@ -58,6 +65,9 @@ func ParseSample(at time.Time, r io.Reader) (Sample, error) {
 	}
 	if s.Goroutines, err = gauge("go_goroutines"); err != nil {
 		return s, err
+	}
+	if h, err := gauge("go_memstats_heap_inuse_bytes"); err == nil {
+		s.HeapBytes = h
 	}
 	if f := fams[cycleMetric]; f != nil && len(f.Metric) > 0 && f.Metric[0].Histogram != nil {
 		s.Cycle = buckets(f.Metric[0].Histogram)
@@ -134,6 +144,16 @@ type Report struct {
 	CycleP99LastSeconds     float64 `json:"cycleP99LastSeconds"`
 	CyclesFirst, CyclesLast uint64
 	Window                  time.Duration `json:"window"`
+	// Late* fit the last two thirds of the run only: a warm-up step (caches filling
+	// as the churn creates objects) ends before it, a leak goes on through it.
+	LateRSSSlopeMiBPerMin  float64 `json:"lateRssSlopeMiBPerMin"`
+	LateRSSGrowthPct       float64 `json:"lateRssGrowthPct"`
+	LateHeapSlopeMiBPerMin float64 `json:"lateHeapSlopeMiBPerMin"`
+	// LoadFirst and LoadLast are the mean 1-minute load averages over the p99's
+	// first and last windows (0 when not sampled).
+	LoadFirst, LoadLast float64
+	// Violations is the invariant checker's count, set by the caller.
+	Violations int `json:"violations"`
 }
 
 // Summarize computes a Report from samples in time order: warm-up is left out of the
@@ -173,7 +193,39 @@ func Summarize(samples []Sample, warmUp, window time.Duration) (Report, error) {
 	}
 	r.CycleP99FirstSeconds, r.CyclesFirst = P99Between(first, firstEnd)
 	r.CycleP99LastSeconds, r.CyclesLast = P99Between(lastStart, last)
+	r.LoadFirst = meanLoad(steady, first.At, firstEnd.At)
+	r.LoadLast = meanLoad(steady, lastStart.At, last.At)
+	var late []Sample
+	for _, s := range samples {
+		if s.At.Sub(start) >= r.Duration/3 {
+			late = append(late, s)
+		}
+	}
+	if len(late) >= 3 {
+		lateSlope, lateBase := Slope(late, func(s Sample) float64 { return s.RSSBytes / (1 << 20) })
+		r.LateRSSSlopeMiBPerMin = lateSlope
+		if lateBase > 0 {
+			r.LateRSSGrowthPct = 100 * lateSlope * late[len(late)-1].At.Sub(late[0].At).Minutes() / lateBase
+		}
+		r.LateHeapSlopeMiBPerMin, _ = Slope(late, func(s Sample) float64 { return s.HeapBytes / (1 << 20) })
+	}
 	return r, nil
+}
+
+// meanLoad is the mean Load1 of the samples taken from from to to.
+func meanLoad(samples []Sample, from, to time.Time) float64 {
+	var sum float64
+	n := 0
+	for _, s := range samples {
+		if !s.At.Before(from) && !s.At.After(to) {
+			sum += s.Load1
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }
 
 func (r Report) String() string {
@@ -181,7 +233,10 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "soak %s (warm-up %s, %d samples)\n", r.Duration.Round(time.Second), r.WarmUp, r.Samples)
 	fmt.Fprintf(&b, "  RSS: %.1f MiB at the start of the steady part, slope %+.3f MiB/min, growth %+.2f%% (goal < 5%%)\n", r.RSSStartMiB, r.RSSSlopeMiBPerMin, r.RSSGrowthPct)
 	fmt.Fprintf(&b, "  goroutines: %.0f → %.0f, slope %+.3f/min (goal: no growth)\n", r.GoroutinesStart, r.GoroutinesEnd, r.GoroutineSlopePerMin)
-	fmt.Fprintf(&b, "  cycle p99 (bucket bound): first %s %.4gs over %d cycles, last %s %.4gs over %d cycles (goal: the same)",
-		r.Window, r.CycleP99FirstSeconds, r.CyclesFirst, r.Window, r.CycleP99LastSeconds, r.CyclesLast)
+	fmt.Fprintf(&b, "  RSS over the last 2/3: slope %+.3f MiB/min, growth %+.2f%%; Go heap in use slope %+.3f MiB/min\n",
+		r.LateRSSSlopeMiBPerMin, r.LateRSSGrowthPct, r.LateHeapSlopeMiBPerMin)
+	fmt.Fprintf(&b, "  cycle p99 (bucket bound): first %s %.4gs over %d cycles (load %.1f), last %s %.4gs over %d cycles (load %.1f) (goal: the same)\n",
+		r.Window, r.CycleP99FirstSeconds, r.CyclesFirst, r.LoadFirst, r.Window, r.CycleP99LastSeconds, r.CyclesLast, r.LoadLast)
+	fmt.Fprintf(&b, "  invariant violations: %d (goal 0)", r.Violations)
 	return b.String()
 }

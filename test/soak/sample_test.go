@@ -64,3 +64,40 @@ func TestSummarizeSeesGrowthAndFlatness(t *testing.T) {
 		t.Error("three samples summarized")
 	}
 }
+
+// A step early in the run (caches filling) then a plateau: the fit after warm-up sees
+// growth, the fit over the last two thirds does not; a steady leak shows in both.
+func TestLateSlopeSeparatesWarmUpStepFromLeak(t *testing.T) {
+	start := time.Unix(0, 0)
+	var step, leak []Sample
+	for i := 0; i <= 30; i++ {
+		at := start.Add(time.Duration(i) * time.Minute)
+		cycles := map[float64]uint64{0.001: uint64(100 * i), math.Inf(1): uint64(100 * i)}
+		rss := float64(90 << 20)
+		if i >= 8 {
+			rss = 118 << 20
+		}
+		step = append(step, Sample{At: at, RSSBytes: rss, HeapBytes: 40 << 20, Goroutines: 100, Cycle: cycles, Load1: float64(i)})
+		leak = append(leak, Sample{At: at, RSSBytes: float64(100<<20 + i*(1<<20)), HeapBytes: float64(40<<20 + i*(1<<20)), Goroutines: 100, Cycle: cycles})
+	}
+	s, err := Summarize(step, 5*time.Minute, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RSSGrowthPct < 5 || math.Abs(s.LateRSSGrowthPct) > 1e-9 || math.Abs(s.LateHeapSlopeMiBPerMin) > 1e-9 {
+		t.Errorf("step then plateau: growth after warm-up %.2f%%, over the last 2/3 %.2f%% (want > 5 and 0)", s.RSSGrowthPct, s.LateRSSGrowthPct)
+	}
+	if s.LoadFirst != 7.5 || s.LoadLast != 27.5 {
+		t.Errorf("load first %.2f last %.2f, want 7.5 and 27.5 (means of minutes 5-10 and 25-30)", s.LoadFirst, s.LoadLast)
+	}
+	l, err := Summarize(leak, 5*time.Minute, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.LateRSSSlopeMiBPerMin < 0.99 || l.LateRSSGrowthPct < 15 || l.LateHeapSlopeMiBPerMin < 0.99 {
+		t.Errorf("a leak looks flat over the last 2/3: %s", l)
+	}
+	if !strings.Contains(l.String(), "invariant violations: 0") {
+		t.Errorf("the summary does not give the violation count:\n%s", l)
+	}
+}

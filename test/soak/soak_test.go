@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,7 +70,9 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	setupCluster(t, ctx, nodes)
-	sched, err := chaos.StartScheduler(ctx, env, bin, false, nil)
+	// SOAK_SCHED_ARGS: extra gantry-scheduler flags, e.g. "-v=2" to log each failed
+	// pending-reason write when a LostPod is being chased.
+	sched, err := chaos.StartScheduler(ctx, env, bin, false, nil, strings.Fields(os.Getenv("SOAK_SCHED_ARGS"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +80,6 @@ func TestSoak(t *testing.T) {
 		SchedulerNames: []string{"gantry-scheduler", "kai-scheduler"}, GangGrace: 30 * time.Second, BoundTime: 2 * time.Minute,
 		Namespaces: []string{ns},
 	}})
-	_ = checker
 
 	churnCtx, stopChurn := context.WithTimeout(ctx, duration)
 	defer stopChurn()
@@ -108,18 +110,22 @@ func TestSoak(t *testing.T) {
 				t.Errorf("sample: %v", err)
 				continue
 			}
+			s.Load1 = load1()
 			samples = append(samples, s)
 		}
 	}
 	tick.Stop()
 	wg.Wait()
 	if s, err := scrape(sched.MetricsAddr); err == nil {
+		s.Load1 = load1()
 		samples = append(samples, s)
 	}
 	report, err := Summarize(samples, duration/6, duration/6)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Counted now; the checker fails the test with each one at cleanup.
+	report.Violations = len(checker.Violations())
 	t.Logf("%s\n  churn: %s", report, c.counts())
 	if out := os.Getenv("SOAK_OUT"); out != "" {
 		b, _ := json.MarshalIndent(map[string]any{"report": report, "samples": samples, "churn": c.counts()}, "", "  ")
@@ -136,6 +142,19 @@ func scrape(addr string) (Sample, error) {
 	}
 	defer resp.Body.Close()
 	return ParseSample(time.Now(), resp.Body)
+}
+
+// load1 is this machine's 1-minute load average, 0 where /proc/loadavg is missing.
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	if _, err := fmt.Sscan(string(b), &l); err != nil {
+		return 0
+	}
+	return l
 }
 
 func mustDuration(t *testing.T, name string, def time.Duration) time.Duration {

@@ -17,13 +17,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gantry-dev/gantry/pkg/agent"
 	gpuv1alpha1 "github.com/gantry-dev/gantry/pkg/apis/gpu/v1alpha1"
+	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/names"
 	"github.com/gantry-dev/gantry/pkg/webhook"
 )
@@ -50,6 +54,21 @@ func TestAnnotationShareReachesTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The agent runs on the node and publishes its GPUs, whose sizes the webhook reads.
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = gpuv1alpha1.AddToScheme(scheme)
+	statusClient, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", names.DriverName),
+		registryDir: filepath.Join(base, "registry"), cdiRoot: filepath.Join(base, "cdi")}
+	running := k.startAgent(t, statusClient)
+	plugin := drapb.NewDRAPluginClient(dial(t, k.register(t, ctx)))
+	waitForSlice(t, ctx, nodeName, func(s resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) == 8 })
+
 	// The webhook's part.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm", Annotations: map[string]string{names.AnnotationGPUMemory: "20480"}},
@@ -60,7 +79,7 @@ func TestAnnotationShareReachesTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defaulter := webhook.PodDefaulter{Templates: webhook.DynamicTemplateEnsurer(dyn)}
+	defaulter := webhook.PodDefaulter{Templates: webhook.DynamicTemplateEnsurer(dyn), Sizes: webhook.DynamicGPUSizes(dyn, 0)}
 	resp := defaulter.Review(ctx, &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
 		Operation: admissionv1.Create, Namespace: ns, Object: runtime.RawExtension{Raw: raw}})
 	if !resp.Allowed || len(resp.Patch) == 0 {
@@ -111,19 +130,7 @@ func TestAnnotationShareReachesTheAgent(t *testing.T) {
 	}
 
 	// The agent's part.
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = gpuv1alpha1.AddToScheme(scheme)
-	statusClient, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := t.TempDir()
-	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", names.DriverName),
-		registryDir: filepath.Join(base, "registry"), cdiRoot: filepath.Join(base, "cdi")}
-	running := k.startAgent(t, statusClient)
-	dra := drapb.NewDRAPluginClient(dial(t, k.register(t, ctx)))
-	prep, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ns, Name: claim.Name, Uid: string(claim.UID)}}})
+	prep, err := plugin.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ns, Name: claim.Name, Uid: string(claim.UID)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +148,162 @@ func TestAnnotationShareReachesTheAgent(t *testing.T) {
 	for _, want := range []string{`"/dev/nvidia3"`, agent.EnvMemoryBytesPrefix + sfx + "=21474836480"} {
 		if !strings.Contains(spec, want) {
 			t.Errorf("the share's CDI spec lacks %s:\n%s", want, spec)
+		}
+	}
+}
+
+// classes serves DeviceClasses to the structured allocator.
+type classes map[string]*resourceapi.DeviceClass
+
+func (l classes) List() ([]*resourceapi.DeviceClass, error) {
+	var out []*resourceapi.DeviceClass
+	for _, c := range l {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (l classes) Get(name string) (*resourceapi.DeviceClass, error) {
+	if c, ok := l[name]; ok {
+		return c, nil
+	}
+	return nil, fmt.Errorf("no DeviceClass %s", name)
+}
+
+// A pod with KAI's gantry.dev/gpu-fraction, end to end: the webhook reads the GPU
+// sizes from the ResourceSlices the agent published on the real API server and
+// creates a template with one subrequest per size, which the API server accepts
+// (CEL selectors included); the structured allocator, over those slices, picks the
+// subrequest of this node's H100 and consumes a quarter of it; the agent prepares
+// that quarter for the container.
+func TestFractionAnnotationReachesTheAgent(t *testing.T) {
+	if env == nil {
+		t.Skip("integration test: needs the control plane (not started with -short)")
+	}
+	ctx := context.Background()
+	const nodeName, ns = "gpu-node-frac", "team-frac"
+	node, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = gpuv1alpha1.AddToScheme(scheme)
+	statusClient, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", names.DriverName),
+		registryDir: filepath.Join(base, "registry"), cdiRoot: filepath.Join(base, "cdi")}
+	running := k.startAgent(t, statusClient)
+	plugin := drapb.NewDRAPluginClient(dial(t, k.register(t, ctx)))
+	own := waitForSlice(t, ctx, nodeName, func(s resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) == 8 })
+	h100 := own.Spec.Devices[0].Capacity[names.MemoryCapacity].Value
+
+	// The webhook's part, reading the sizes from the API server.
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaulter := webhook.PodDefaulter{Templates: webhook.DynamicTemplateEnsurer(dyn), Sizes: webhook.DynamicGPUSizes(dyn, 0)}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quarter", Annotations: map[string]string{names.AnnotationGPUFraction: "0.25"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "serve", Image: "vllm"}}},
+	}
+	raw, _ := json.Marshal(pod)
+	resp := defaulter.Review(ctx, &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Operation: admissionv1.Create, Namespace: ns, Object: runtime.RawExtension{Raw: raw}})
+	if !resp.Allowed || len(resp.Patch) == 0 {
+		t.Fatalf("webhook: allowed %v, patch %s, warnings %v", resp.Allowed, resp.Patch, resp.Warnings)
+	}
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = patch.Apply(raw); err != nil {
+		t.Fatal(err)
+	}
+	var patched corev1.Pod
+	if err := json.Unmarshal(raw, &patched); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, &patched, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the API server refuses the patched pod: %v", err)
+	}
+	tmplName := *patched.Spec.ResourceClaims[0].ResourceClaimTemplateName
+	tmpl, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, tmplName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("template: %v", err)
+	}
+
+	// kube-controller-manager's part, then the scheduler's: the structured
+	// allocator over the slices and DeviceClass on the API server.
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quarter-" + webhook.ShareClaimRef}, Spec: tmpl.Spec.Spec}
+	if claim, err = env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sliceList, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slices []*resourceapi.ResourceSlice
+	for i := range sliceList.Items {
+		slices = append(slices, &sliceList.Items[i])
+	}
+	class, err := env.Client.ResourceV1().DeviceClasses().Get(ctx, names.DriverName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := structured.NewAllocator(ctx, structured.Features{ConsumableCapacity: true, PrioritizedList: true, DeviceTaints: true, PartitionableDevices: true},
+		structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity: structured.NewConsumedCapacityCollection()},
+		classes{names.DriverName: class}, slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := alloc.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
+	if err != nil || len(results) != 1 || len(results[0].Devices.Results) != 1 {
+		t.Fatalf("allocate: %v %+v", err, results)
+	}
+	res := results[0].Devices.Results[0]
+	quarter := h100.Value() / 4 >> 20 << 20
+	if got := res.ConsumedCapacity[names.MemoryCapacity]; res.Pool != nodeName || res.Request != fmt.Sprintf("gpu/mib-%d", h100.Value()>>20) || got.Value() != quarter {
+		t.Fatalf("allocated %+v (consumed %s), want a quarter of an H100 (%d bytes) on %s", res, got.String(), quarter, nodeName)
+	}
+	claim.Status.Allocation = &results[0]
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "quarter", UID: "11111111-2222-3333-4444-777777777777"}}
+	if claim, err = env.Client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the API server refuses the allocation: %v", err)
+	}
+
+	// The agent's part.
+	prep, err := plugin.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: ns, Name: claim.Name, Uid: string(claim.UID)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := prep.Claims[string(claim.UID)]
+	if got == nil || got.Error != "" || len(got.Devices) != 1 || got.Devices[0].DeviceName != res.Device {
+		t.Fatalf("prepare %+v", prep)
+	}
+	specBytes, err := os.ReadFile(filepath.Join(k.cdiRoot, fmt.Sprintf("%s-%s.json", names.DriverName, claim.UID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := dra.DeviceIndex(res.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sfx := strings.ToUpper(strings.ReplaceAll(running.fleet.GPUs[index].UUID(), "-", "_"))
+	for _, want := range []string{fmt.Sprintf(`"/dev/nvidia%d"`, index), fmt.Sprintf("%s%s=%d", agent.EnvMemoryBytesPrefix, sfx, quarter)} {
+		if !strings.Contains(string(specBytes), want) {
+			t.Errorf("the share's CDI spec lacks %s:\n%s", want, specBytes)
 		}
 	}
 }

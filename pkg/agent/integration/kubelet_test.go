@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -47,6 +49,8 @@ func TestMain(m *testing.M) {
 // kubeletSim holds the directories a kubelet shares with the plugin.
 type kubeletSim struct {
 	nodeName, pluginDir, registryDir, cdiRoot string
+	// claimStatus is the client the agent writes claim statuses with; nil: the admin's.
+	claimStatus kubernetes.Interface
 }
 
 // runningAgent is one agent process-lifetime: started, then stopped.
@@ -73,7 +77,7 @@ func (k *kubeletSim) startAgent(t *testing.T, statusClient client.Client) *runni
 		CDI:          agent.CDIOptions{DriverRoot: driverRoot},
 		PollInterval: 100 * time.Millisecond, InstallDeviceClass: true,
 		Status:      agent.NewStatusWriter(statusClient, k.nodeName, agent.StatusOptions{MinInterval: 100 * time.Millisecond}),
-		ClaimStatus: &agent.ClaimStatusWriter{Client: env.Client},
+		ClaimStatus: &agent.ClaimStatusWriter{Client: cmp.Or[kubernetes.Interface](k.claimStatus, env.Client)},
 	})
 	if err != nil {
 		t.Fatal(err)

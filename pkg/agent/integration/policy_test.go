@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,6 +46,7 @@ func renderPolicy(t *testing.T) []byte {
 	s = strings.NewReplacer(
 		"{{ $sa | quote }}", `"system:serviceaccount:`+policyNamespace+":"+policyAgentSA+`"`,
 		"{{ $name }}", policyAgentSA+"-node-scoped",
+		"{{ $claims }}", policyAgentSA+"-claim-status",
 	).Replace(s)
 	var out []string
 	skipLabels := false
@@ -103,18 +103,8 @@ func slice(name, node string) *resourceapi.ResourceSlice {
 func TestPolicyRefusesAnotherNodesSlice(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := testenv.Apply(ctx, env.Config, "", renderPolicy(t)); err != nil {
-		t.Fatalf("apply policy: %v", err)
-	}
 	// RBAC lets the agent write slices at all; the policy narrows it to its node.
-	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "policy-test-agent"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: policyAgentSA, Namespace: policyNamespace}},
-	}
-	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	applyAgentPolicies(t, ctx)
 	onA := asAgentOn(t, "node-a")
 
 	// The policy takes effect once the API server has loaded it.

@@ -23,10 +23,10 @@ func TestShareConflictWarnedOnce(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		r.warnShareConflicts(conflict)
 	}
-	if n := len(r.status.lanes[0]); n != 1 {
+	if _, n := r.status.queued(); n != 1 {
 		t.Fatalf("%d Events queued for one pod over three cycles, want 1", n)
 	}
-	(<-r.status.lanes[0])()
+	r.status.drain()
 	if ev := <-rec.Events; !strings.HasPrefix(ev, "Warning "+names.EventGPUShareConflict+" the pod asks") {
 		t.Errorf("event %q, want a %s warning with the message", ev, names.EventGPUShareConflict)
 	}

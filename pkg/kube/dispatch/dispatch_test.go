@@ -87,16 +87,22 @@ func outcomes(rs []result) map[string]outcome {
 	return out
 }
 
-func TestPartialGangBindFailureRollsTheGangBack(t *testing.T) {
-	api := &fakeAPI{
+// refusing is an API server that refuses the Binding of one pod (Forbidden) and
+// accepts the others'.
+func refusing(refused string) *fakeAPI {
+	return &fakeAPI{
 		bind: func(name string, _ int) error {
-			if name == "w2" {
+			if name == refused {
 				return apierrors.NewForbidden(podsGR, name, errors.New("no"))
 			}
 			return nil
 		},
 		get: func(name string) (*corev1.Pod, error) { return boundPod(name, ""), nil },
 	}
+}
+
+func TestPartialGangBindFailureRollsTheGangBack(t *testing.T) {
+	api := refusing("w2")
 	b := newFake(t, api)
 	results, err := b.bindGang(context.Background(), []cache.BindRequest{req("w1", "a"), req("w2", "a"), req("w3", "a")}, 3)
 	if err == nil {
@@ -112,15 +118,7 @@ func TestPartialGangBindFailureRollsTheGangBack(t *testing.T) {
 }
 
 func TestElasticMembersAboveTheMinimumAreKept(t *testing.T) {
-	api := &fakeAPI{
-		bind: func(name string, _ int) error {
-			if name == "w2" {
-				return apierrors.NewForbidden(podsGR, name, errors.New("no"))
-			}
-			return nil
-		},
-		get: func(name string) (*corev1.Pod, error) { return boundPod(name, ""), nil },
-	}
+	api := refusing("w2")
 	b := newFake(t, api)
 	results, _ := b.bindGang(context.Background(), []cache.BindRequest{req("w1", "a"), req("w2", "a")}, 1)
 	if got := outcomes(results); got["ns/w1"] != bound || len(api.deleted) != 0 {
@@ -283,15 +281,7 @@ func TestEvictionsNoLongerNeededAreCancelled(t *testing.T) {
 // behind: the selected-node annotations written before the Bindings are removed,
 // so that the claims can follow the gang's next placement.
 func TestRollbackUndoesVolumeDecisions(t *testing.T) {
-	api := &fakeAPI{
-		bind: func(name string, _ int) error {
-			if name == "w2" {
-				return apierrors.NewForbidden(podsGR, name, errors.New("no"))
-			}
-			return nil
-		},
-		get: func(name string) (*corev1.Pod, error) { return boundPod(name, ""), nil },
-	}
+	api := refusing("w2")
 	b := newFake(t, api)
 	ctx := context.Background()
 	var reqs []cache.BindRequest

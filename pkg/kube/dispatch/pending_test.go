@@ -23,12 +23,7 @@ import (
 func pendingRunner(client *fake.Clientset) (*Runner, func()) {
 	s := newStatusWriter(client, record.NewFakeRecorder(100), 0)
 	r := &Runner{client: client, status: s, lastReason: map[model.GangID]reasonKey{}}
-	drain := func() {
-		for len(s.lanes[0]) > 0 {
-			(<-s.lanes[0])()
-		}
-	}
-	return r, drain
+	return r, s.drain
 }
 
 func hasReason(t *testing.T, client *fake.Clientset, name string) bool {
@@ -80,7 +75,7 @@ func TestFailedPendingReasonIsWrittenAgain(t *testing.T) {
 	}
 	// Written now: the same reason is not written a third time.
 	r.explainPending(context.Background(), pd)
-	if n := len(r.status.lanes[0]); n != 0 {
+	if n, _ := r.status.queued(); n != 0 {
 		t.Errorf("%d writes queued for a reason already written", n)
 	}
 }
@@ -114,5 +109,46 @@ func TestStatusWritesOfOnePodStayInOrder(t *testing.T) {
 		if got, want := <-rec.Events, fmt.Sprintf("Normal R %d", i); got != want {
 			t.Fatalf("event %d is %q, want %q: a pod's writes were reordered", i, got, want)
 		}
+	}
+}
+
+// A reason that changes faster than the API takes the writes is written once, the
+// latest: a pod's queued reason is replaced, not queued behind. Before, every reason
+// of every cycle was queued, the lanes ran minutes behind, and a new pod's first
+// reason waited behind them (the soak's LostPods: pods without a reason after 2 min).
+func TestANewerReasonReplacesAQueuedOne(t *testing.T) {
+	var objs []runtime.Object
+	for i := 0; i < 11; i++ {
+		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprint("p-", i)}})
+	}
+	client := fake.NewSimpleClientset(objs...)
+	patches := 0
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		return false, nil, nil
+	})
+	s := newStatusWriter(client, record.NewFakeRecorder(10000), 0)
+	for cycle := 0; cycle < 100; cycle++ {
+		for i := 0; i < 10; i++ {
+			s.pending(context.Background(), &model.Pod{ID: model.PodID(fmt.Sprint("ns/p-", i))}, corev1.PodReasonUnschedulable, "FailedScheduling", fmt.Sprintf("at most %d fit", cycle), nil)
+		}
+	}
+	s.pending(context.Background(), &model.Pod{ID: "ns/p-10"}, corev1.PodReasonUnschedulable, "FailedScheduling", "new", nil)
+	if n, _ := s.queued(); n != 11 {
+		t.Fatalf("%d condition writes queued for 11 pods, want one each", n)
+	}
+	s.drain()
+	if patches != 11 {
+		t.Errorf("%d patches for 11 pods, want 11", patches)
+	}
+	p, err := client.CoreV1().Pods("ns").Get(context.Background(), "p-3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Status.Conditions) != 1 || p.Status.Conditions[0].Message != "at most 99 fit" {
+		t.Errorf("conditions %+v, want the last reason only", p.Status.Conditions)
+	}
+	if !hasReason(t, client, "p-10") {
+		t.Error("the new pod has no reason")
 	}
 }

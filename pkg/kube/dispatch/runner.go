@@ -390,6 +390,13 @@ func (r *Runner) explainPending(ctx context.Context, pd cache.PendingGang) {
 		r.mu.Unlock()
 	}
 	r.metrics.ObservePending(string(pd.Kind))
+	if klog.V(3).Enabled() {
+		ids := make([]model.PodID, len(pd.Pods))
+		for i, p := range pd.Pods {
+			ids[i] = p.ID
+		}
+		klog.V(3).InfoS("Write pending reason", "gang", pd.Gang, "kind", pd.Kind, "pods", ids, "reason", pd.Reason)
+	}
 	msg := pd.Reason
 	if len(pd.Pods) > 1 {
 		msg = fmt.Sprintf("gang %s: %s", pd.Gang, pd.Reason)

@@ -20,7 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -237,7 +239,7 @@ func servedResources(client kubernetes.Interface, gvs ...schema.GroupVersion) ma
 	}
 	out := map[schema.GroupVersionResource]bool{}
 	for _, gv := range gvs {
-		list, err := client.Discovery().ServerResourcesForGroupVersion(gv.String())
+		list, err := serverResources(client, gv)
 		if err != nil {
 			continue
 		}
@@ -248,6 +250,26 @@ func servedResources(client kubernetes.Interface, gvs ...schema.GroupVersion) ma
 		}
 	}
 	return out
+}
+
+// serverResources asks discovery for one group and version. A group not served
+// answers NotFound at once; any other error (an API server slow to answer, under
+// load or restarting) is asked again a few times before the group is taken as not
+// served: resource.k8s.io is asked only at start, and a scheduler that missed it
+// would not watch ResourceClaims until restarted.
+func serverResources(client kubernetes.Interface, gv schema.GroupVersion) (*metav1.APIResourceList, error) {
+	wait := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		list, err := client.Discovery().ServerResourcesForGroupVersion(gv.String())
+		if err == nil || apierrors.IsNotFound(err) || attempt == 5 {
+			if err != nil && !apierrors.IsNotFound(err) {
+				klog.ErrorS(err, "Discovery failed; taking the API as not served", "groupVersion", gv.String())
+			}
+			return list, err
+		}
+		time.Sleep(wait)
+		wait *= 2
+	}
 }
 
 func upsertPriorityClass(c *gcache.Cache, pc *schedv1.PriorityClass) {

@@ -77,3 +77,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- toJson $names -}}
 {{- end -}}
+
+{{/* "true" when the pod webhook turns gantry.dev/gpu-memory and gpu-fraction annotations into DRA claims: webhooks.annotationShareClaims, or, when it is null, nodeAgent.enabled (only the node agent prepares those claims). */}}
+{{- define "gantry.annotationShareClaims" -}}
+{{- $on := .Values.webhooks.annotationShareClaims -}}
+{{- if kindIs "invalid" $on -}}
+{{- $on = .Values.nodeAgent.enabled -}}
+{{- end -}}
+{{- if and .Values.scheduler.enabled .Values.webhooks.enabled $on -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the node agent writes claim statuses: nodeAgent.claimStatus, and only together with the policy that keeps each agent to the claims allocated on its own node (nodeScopedWrites). */}}
+{{- define "gantry.nodeAgent.claimStatus" -}}
+{{- if and .Values.nodeAgent.enabled .Values.nodeAgent.claimStatus .Values.nodeAgent.nodeScopedWrites -}}true{{- end -}}
+{{- end -}}

@@ -1,0 +1,86 @@
+package deploy
+
+import (
+	"slices"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// chartWiring is what one render says about annotation-share claims and the node
+// agent's claim statuses.
+type chartWiring struct {
+	shareClaimsFlag, templatesRule, dryRunAware bool
+	claimStatusFlag, claimStatusRule, policy    bool
+}
+
+func wiringOf(t *testing.T, objs []*unstructured.Unstructured) chartWiring {
+	t.Helper()
+	var w chartWiring
+	rulesOf := func(role string) []rbacv1.PolicyRule {
+		for _, o := range objs {
+			if o.GetKind() == "ClusterRole" && o.GetName() == role {
+				var r rbacv1.ClusterRole
+				into(t, o, &r)
+				return r.Rules
+			}
+		}
+		return nil
+	}
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "Deployment" && o.GetName() == "gantry-scheduler":
+			var d appsv1.Deployment
+			into(t, o, &d)
+			w.shareClaimsFlag = slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--annotation-share-claims")
+		case o.GetKind() == "DaemonSet" && o.GetName() == "gantry-node-agent":
+			var ds appsv1.DaemonSet
+			into(t, o, &ds)
+			w.claimStatusFlag = slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--claim-status")
+		case o.GetKind() == "MutatingWebhookConfiguration":
+			var m admissionregistrationv1.MutatingWebhookConfiguration
+			into(t, o, &m)
+			se := m.Webhooks[0].SideEffects
+			w.dryRunAware = se != nil && *se == admissionregistrationv1.SideEffectClassNoneOnDryRun
+		case o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == "gantry-node-agent-claim-status":
+			w.policy = true
+		}
+	}
+	sched := rulesOf("gantry-scheduler")
+	w.templatesRule = allows(sched, permission{verb: "create", group: "resource.k8s.io", resource: "resourceclaimtemplates"}) &&
+		allows(sched, permission{verb: "get", group: "resource.k8s.io", resource: "resourceclaimtemplates"})
+	w.claimStatusRule = allows(rulesOf("gantry-node-agent"), permission{verb: "update", group: "resource.k8s.io", resource: "resourceclaims", subresource: "status"})
+	return w
+}
+
+// A chart user gets annotation shares as DRA claims (KAI's gpu-memory and
+// gpu-fraction reach the container) wherever the node agent runs, with the RBAC and
+// webhook settings that needs, and sees in each claim's status whether its share is
+// enforced: the agent's update on claim statuses comes only with the policy that
+// keeps it to its own node's claims.
+func TestChartAnnotationShareClaimsAndClaimStatus(t *testing.T) {
+	on := chartWiring{true, true, true, true, true, true}
+	noShares := chartWiring{claimStatusFlag: true, claimStatusRule: true, policy: true}
+	for _, c := range []struct {
+		set  []string
+		want chartWiring
+	}{
+		{nil, on},
+		{[]string{"webhooks.annotationShareClaims=false"}, noShares},
+		// No node agent to prepare the claims: annotations stay (the scheduler books
+		// them as before), unless asked for (an agent deployed some other way).
+		{[]string{"nodeAgent.enabled=false"}, chartWiring{}},
+		{[]string{"nodeAgent.enabled=false", "webhooks.annotationShareClaims=true"}, chartWiring{shareClaimsFlag: true, templatesRule: true, dryRunAware: true}},
+		{[]string{"webhooks.enabled=false"}, chartWiring{claimStatusFlag: true, claimStatusRule: true, policy: true}},
+		// Without the node-scoped policy no agent may write claim statuses.
+		{[]string{"nodeAgent.nodeScopedWrites=false"}, chartWiring{shareClaimsFlag: true, templatesRule: true, dryRunAware: true}},
+		{[]string{"nodeAgent.claimStatus=false"}, chartWiring{shareClaimsFlag: true, templatesRule: true, dryRunAware: true}},
+	} {
+		if got := wiringOf(t, render(t, c.set...)); got != c.want {
+			t.Errorf("%v:\n have %+v\n want %+v", c.set, got, c.want)
+		}
+	}
+}
