@@ -8,6 +8,7 @@ require (
 	github.com/NVIDIA/nvidia-container-toolkit v1.20.2
 	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/go-logr/logr v1.4.4
+	github.com/google/btree v1.1.3
 	github.com/google/cel-go v0.29.2
 	github.com/google/uuid v1.6.0
 	github.com/opencontainers/runtime-spec v1.3.0
@@ -68,7 +69,6 @@ require (
 	github.com/go-openapi/swag/stringutils v0.27.1 // indirect
 	github.com/go-openapi/swag/typeutils v0.27.1 // indirect
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
-	github.com/google/btree v1.1.3 // indirect
 	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/grafana/regexp v0.0.0-20250905093917-f7b3be9d1853 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect

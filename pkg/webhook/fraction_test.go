@@ -2,12 +2,18 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/gantry-dev/gantry/pkg/kube/dra"
@@ -120,5 +126,38 @@ func TestSizesOf(t *testing.T) {
 	}
 	if got := SizesOf(list); !slices.Equal(got, []int64{a100, h100}) {
 		t.Errorf("sizes %v, want [%d %d]", got, int64(a100), int64(h100))
+	}
+}
+
+// The sizes are listed once per ttl, and a failed list is not kept: the next
+// admission asks again.
+func TestDynamicGPUSizesCaches(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = resourceapi.AddToScheme(scheme)
+	gpuDev := resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To("gpu")}},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{names.MemoryCapacity: {Value: *resource.NewQuantity(h100, resource.BinarySI)}}}
+	sl := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "n-gpu"}, Spec: resourceapi.ResourceSliceSpec{Driver: names.DriverName, Devices: []resourceapi.Device{gpuDev}}}
+	dyn := dynamicfake.NewSimpleDynamicClient(scheme, sl)
+	lists, fail := 0, true
+	dyn.PrependReactor("list", "resourceslices", func(clienttesting.Action) (bool, runtime.Object, error) {
+		lists++
+		if fail {
+			return true, nil, errors.New("unavailable")
+		}
+		return false, nil, nil
+	})
+	sizes := DynamicGPUSizes(dyn, time.Hour)
+	if _, err := sizes(context.Background()); err == nil {
+		t.Fatal("a failed list gave sizes")
+	}
+	fail = false
+	for range 3 {
+		got, err := sizes(context.Background())
+		if err != nil || !slices.Equal(got, []int64{h100}) {
+			t.Fatalf("sizes %v, %v", got, err)
+		}
+	}
+	if lists != 2 {
+		t.Errorf("%d lists, want 2 (the failed one, then one kept for the ttl)", lists)
 	}
 }

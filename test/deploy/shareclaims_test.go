@@ -6,6 +6,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -82,5 +83,34 @@ func TestChartAnnotationShareClaimsAndClaimStatus(t *testing.T) {
 		if got := wiringOf(t, render(t, c.set...)); got != c.want {
 			t.Errorf("%v:\n have %+v\n want %+v", c.set, got, c.want)
 		}
+	}
+}
+
+// nodeAgent.mps adds CAP_SYS_ADMIN (for each MPS daemon's own /dev/shm) to the agent
+// container, keeping the rest of its securityContext, and lifts
+// allowPrivilegeEscalation: false, which Kubernetes refuses beside CAP_SYS_ADMIN;
+// without mps it has neither.
+func TestChartMPSCapability(t *testing.T) {
+	caps := func(set ...string) (added []corev1.Capability, privileged, escalates bool) {
+		var ds appsv1.DaemonSet
+		into(t, find(t, render(t, set...), "DaemonSet", "gantry-node-agent"), &ds)
+		sc := ds.Spec.Template.Spec.Containers[0].SecurityContext
+		if sc == nil {
+			return nil, false, true
+		}
+		if sc.Capabilities != nil {
+			added = sc.Capabilities.Add
+		}
+		return added, sc.Privileged != nil && *sc.Privileged, sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation
+	}
+	if added, _, escalates := caps(); len(added) != 0 || escalates {
+		t.Errorf("without mps the agent adds capabilities %v, allowPrivilegeEscalation %v", added, escalates)
+	}
+	added, privileged, escalates := caps("nodeAgent.mps=true")
+	if !slices.Equal(added, []corev1.Capability{"SYS_ADMIN"}) || privileged || !escalates {
+		t.Errorf("mps: capabilities %v, privileged %v, allowPrivilegeEscalation %v; want SYS_ADMIN, not privileged, escalation allowed", added, privileged, escalates)
+	}
+	if added, _, _ := caps("nodeAgent.mps=true", "nodeAgent.securityContext.capabilities.add={NET_RAW,SYS_ADMIN}"); !slices.Equal(added, []corev1.Capability{"NET_RAW", "SYS_ADMIN"}) {
+		t.Errorf("mps with the user's capabilities: %v, want NET_RAW and SYS_ADMIN once", added)
 	}
 }

@@ -43,62 +43,16 @@ func TestAnnotationShareReachesTheAgent(t *testing.T) {
 	}
 	ctx := context.Background()
 	const nodeName, ns = "gpu-node-ann", "team-ann"
-	if _, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// No kube-controller-manager here to make the namespace's default account.
-	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
 	// The agent runs on the node and publishes its GPUs, whose sizes the webhook reads.
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = gpuv1alpha1.AddToScheme(scheme)
-	statusClient, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := t.TempDir()
-	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", names.DriverName),
-		registryDir: filepath.Join(base, "registry"), cdiRoot: filepath.Join(base, "cdi")}
-	running := k.startAgent(t, statusClient)
-	plugin := drapb.NewDRAPluginClient(dial(t, k.register(t, ctx)))
-	waitForSlice(t, ctx, nodeName, func(s resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) == 8 })
-
-	// The webhook's part.
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm", Annotations: map[string]string{names.AnnotationGPUMemory: "20480"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "serve", Image: "vllm"}}},
-	}
-	raw, _ := json.Marshal(pod)
+	k, running, plugin := agentOnNewNode(t, ctx, nodeName, ns)
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defaulter := webhook.PodDefaulter{Templates: webhook.DynamicTemplateEnsurer(dyn), Sizes: webhook.DynamicGPUSizes(dyn, 0)}
-	resp := defaulter.Review(ctx, &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-		Operation: admissionv1.Create, Namespace: ns, Object: runtime.RawExtension{Raw: raw}})
-	if !resp.Allowed || len(resp.Patch) == 0 {
-		t.Fatalf("webhook: allowed %v, patch %s, warnings %v", resp.Allowed, resp.Patch, resp.Warnings)
-	}
-	patch, err := jsonpatch.DecodePatch(resp.Patch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if raw, err = patch.Apply(raw); err != nil {
-		t.Fatal(err)
-	}
-	var patched corev1.Pod
-	if err := json.Unmarshal(raw, &patched); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, &patched, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the API server refuses the patched pod: %v", err)
-	}
+	admitThroughWebhook(t, ctx, dyn, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm", Annotations: map[string]string{names.AnnotationGPUMemory: "20480"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "serve", Image: "vllm"}}},
+	})
 	tmplName := webhook.ShareTemplateName(20 << 30)
 	tmpl, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, tmplName, metav1.GetOptions{})
 	if err != nil {
@@ -182,28 +136,11 @@ func TestFractionAnnotationReachesTheAgent(t *testing.T) {
 	}
 	ctx := context.Background()
 	const nodeName, ns = "gpu-node-frac", "team-frac"
-	node, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
+	k, running, plugin := agentOnNewNode(t, ctx, nodeName, ns)
+	node, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = gpuv1alpha1.AddToScheme(scheme)
-	statusClient, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := t.TempDir()
-	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", names.DriverName),
-		registryDir: filepath.Join(base, "registry"), cdiRoot: filepath.Join(base, "cdi")}
-	running := k.startAgent(t, statusClient)
-	plugin := drapb.NewDRAPluginClient(dial(t, k.register(t, ctx)))
 	own := waitForSlice(t, ctx, nodeName, func(s resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) == 8 })
 	h100 := own.Spec.Devices[0].Capacity[names.MemoryCapacity].Value
 
@@ -212,31 +149,10 @@ func TestFractionAnnotationReachesTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defaulter := webhook.PodDefaulter{Templates: webhook.DynamicTemplateEnsurer(dyn), Sizes: webhook.DynamicGPUSizes(dyn, 0)}
-	pod := &corev1.Pod{
+	patched := admitThroughWebhook(t, ctx, dyn, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quarter", Annotations: map[string]string{names.AnnotationGPUFraction: "0.25"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "serve", Image: "vllm"}}},
-	}
-	raw, _ := json.Marshal(pod)
-	resp := defaulter.Review(ctx, &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-		Operation: admissionv1.Create, Namespace: ns, Object: runtime.RawExtension{Raw: raw}})
-	if !resp.Allowed || len(resp.Patch) == 0 {
-		t.Fatalf("webhook: allowed %v, patch %s, warnings %v", resp.Allowed, resp.Patch, resp.Warnings)
-	}
-	patch, err := jsonpatch.DecodePatch(resp.Patch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if raw, err = patch.Apply(raw); err != nil {
-		t.Fatal(err)
-	}
-	var patched corev1.Pod
-	if err := json.Unmarshal(raw, &patched); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, &patched, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the API server refuses the patched pod: %v", err)
-	}
+	})
 	tmplName := *patched.Spec.ResourceClaims[0].ResourceClaimTemplateName
 	tmpl, err := env.Client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, tmplName, metav1.GetOptions{})
 	if err != nil {
@@ -249,29 +165,7 @@ func TestFractionAnnotationReachesTheAgent(t *testing.T) {
 	if claim, err = env.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sliceList, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var slices []*resourceapi.ResourceSlice
-	for i := range sliceList.Items {
-		slices = append(slices, &sliceList.Items[i])
-	}
-	class, err := env.Client.ResourceV1().DeviceClasses().Get(ctx, names.DriverName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	alloc, err := structured.NewAllocator(ctx, structured.Features{ConsumableCapacity: true, PrioritizedList: true, DeviceTaints: true, PartitionableDevices: true},
-		structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-			AggregatedCapacity: structured.NewConsumedCapacityCollection()},
-		classes{names.DriverName: class}, slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	results, err := alloc.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
-	if err != nil || len(results) != 1 || len(results[0].Devices.Results) != 1 {
-		t.Fatalf("allocate: %v %+v", err, results)
-	}
+	results := allocateOn(t, ctx, node, claim)
 	res := results[0].Devices.Results[0]
 	quarter := h100.Value() / 4 >> 20 << 20
 	if got := res.ConsumedCapacity[names.MemoryCapacity]; res.Pool != nodeName || res.Request != fmt.Sprintf("gpu/mib-%d", h100.Value()>>20) || got.Value() != quarter {
@@ -306,4 +200,93 @@ func TestFractionAnnotationReachesTheAgent(t *testing.T) {
 			t.Errorf("the share's CDI spec lacks %s:\n%s", want, specBytes)
 		}
 	}
+}
+
+// agentOnNewNode creates node and namespace ns (with its default ServiceAccount: no
+// kube-controller-manager here makes it), starts an agent on the node with a DGX
+// H100 fleet, registers it as the kubelet would, and waits for its ResourceSlice.
+func agentOnNewNode(t *testing.T, ctx context.Context, nodeName, ns string) (*kubeletSim, *runningAgent, drapb.DRAPluginClient) {
+	t.Helper()
+	if _, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = gpuv1alpha1.AddToScheme(scheme)
+	statusClient, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	k := &kubeletSim{nodeName: nodeName, pluginDir: filepath.Join(base, "plugins", names.DriverName),
+		registryDir: filepath.Join(base, "registry"), cdiRoot: filepath.Join(base, "cdi")}
+	running := k.startAgent(t, statusClient)
+	plugin := drapb.NewDRAPluginClient(dial(t, k.register(t, ctx)))
+	waitForSlice(t, ctx, nodeName, func(s resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) == 8 })
+	return k, running, plugin
+}
+
+// admitThroughWebhook sends pod through the pod webhook with annotation-share
+// claims on (sizes and templates through the real API server), applies its patch
+// and creates the pod, which the API server must accept.
+func admitThroughWebhook(t *testing.T, ctx context.Context, dyn dynamic.Interface, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	raw, _ := json.Marshal(pod)
+	defaulter := webhook.PodDefaulter{Templates: webhook.DynamicTemplateEnsurer(dyn), Sizes: webhook.DynamicGPUSizes(dyn, 0)}
+	resp := defaulter.Review(ctx, &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Operation: admissionv1.Create, Namespace: pod.Namespace, Object: runtime.RawExtension{Raw: raw}})
+	if !resp.Allowed || len(resp.Patch) == 0 {
+		t.Fatalf("webhook: allowed %v, patch %s, warnings %v", resp.Allowed, resp.Patch, resp.Warnings)
+	}
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = patch.Apply(raw); err != nil {
+		t.Fatal(err)
+	}
+	var patched corev1.Pod
+	if err := json.Unmarshal(raw, &patched); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Pods(pod.Namespace).Create(ctx, &patched, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the API server refuses the patched pod: %v", err)
+	}
+	return &patched
+}
+
+// allocateOn runs the structured allocator, as kube-scheduler and Gantry do, for
+// claim on node, over the ResourceSlices and DeviceClass on the API server.
+func allocateOn(t *testing.T, ctx context.Context, node *corev1.Node, claim *resourceapi.ResourceClaim) []resourceapi.AllocationResult {
+	t.Helper()
+	sliceList, err := env.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slices []*resourceapi.ResourceSlice
+	for i := range sliceList.Items {
+		slices = append(slices, &sliceList.Items[i])
+	}
+	class, err := env.Client.ResourceV1().DeviceClasses().Get(ctx, names.DriverName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := structured.NewAllocator(ctx, structured.Features{ConsumableCapacity: true, PrioritizedList: true, DeviceTaints: true, PartitionableDevices: true},
+		structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity: structured.NewConsumedCapacityCollection()},
+		classes{names.DriverName: class}, slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := alloc.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
+	if err != nil || len(results) != 1 || len(results[0].Devices.Results) != 1 {
+		t.Fatalf("allocate: %v %+v", err, results)
+	}
+	return results
 }

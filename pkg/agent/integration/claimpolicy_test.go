@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,21 +101,8 @@ func TestPolicyKeepsClaimStatusToOwnNode(t *testing.T) {
 	theirs := shareClaim(t, ctx, ns, "theirs-1", other)
 
 	// The policy takes effect once the API server has loaded it.
-	var lastErr error
-	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		c, err := env.Client.ResourceV1().ResourceClaims(ns).Get(ctx, theirs.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: names.DriverName, Pool: other, Device: "gpu-3", ShareID: ptrString(c.Status.Allocation.Devices.Results[0].ShareID)}}
-		_, lastErr = onNode.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, c, metav1.UpdateOptions{})
-		return lastErr != nil && !strings.Contains(lastErr.Error(), "cannot update resource"), nil
-	})
-	if err != nil {
-		t.Fatalf("the agent on %s could still write the status of a claim allocated on %s: %v", nodeName, other, lastErr)
-	}
-	if !strings.Contains(lastErr.Error(), "claims allocated a gpu.gantry.dev device on its own node only") {
-		t.Errorf("refusal %q does not say why", lastErr)
+	if err := firstClaimPolicyRefusal(t, ctx, onNode, theirs, other); !strings.Contains(err.Error(), "claims allocated a gpu.gantry.dev device on its own node only") {
+		t.Errorf("refusal %q does not say why", err)
 	}
 
 	// The agent itself, preparing a share allocated on its node, writes its status.
@@ -201,6 +189,27 @@ func mixedClaim(t *testing.T, ctx context.Context, ns, node, other string) *reso
 		t.Fatal(err)
 	}
 	return c
+}
+
+// firstClaimPolicyRefusal writes, as the agent, an entry into the status of theirs
+// (allocated on node other) until the policy, not RBAC, refuses it, and returns the
+// refusal; the test fails if it never comes.
+func firstClaimPolicyRefusal(t *testing.T, ctx context.Context, onNode kubernetes.Interface, theirs *resourceapi.ResourceClaim, other string) error {
+	t.Helper()
+	var lastErr error
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		c, err := env.Client.ResourceV1().ResourceClaims(theirs.Namespace).Get(ctx, theirs.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: names.DriverName, Pool: other, Device: "gpu-3", ShareID: ptrString(c.Status.Allocation.Devices.Results[0].ShareID)}}
+		_, lastErr = onNode.ResourceV1().ResourceClaims(theirs.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		return lastErr != nil && !strings.Contains(lastErr.Error(), "cannot update resource"), nil
+	})
+	if err != nil {
+		t.Fatalf("the agent could still write the status of a claim allocated on %s: %v", other, lastErr)
+	}
+	return lastErr
 }
 
 func ptrString(u *types.UID) *string {
