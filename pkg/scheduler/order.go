@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/btree"
 
+	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"github.com/gantry-dev/gantry/pkg/model"
 )
 
@@ -22,6 +23,12 @@ type Order struct {
 	queues map[string]*queueOrder
 	keys   map[model.GangID]orderKey
 	pods   int
+	// ch are the queues' charges and the cluster's capacity, kept (charges.go); nil
+	// in an Order built for one cycle (OrderOf), which charges from scratch.
+	ch *charges
+	// touched are the gangs refreshed since Settle, where the placer's workload
+	// learner looks for new pods; nil in an Order built for one cycle.
+	touched map[model.GangID]struct{}
 }
 
 type queueOrder struct {
@@ -61,14 +68,44 @@ func (a orderKey) less(b orderKey) bool {
 
 func keyLess(a, b orderKey) bool { return a.less(b) }
 
-// NewOrder returns an empty Order.
+// NewOrder returns an empty Order that also keeps the queues' charges: its keeper
+// refreshes every gang that changes (Refresh), pending or not, and every node
+// (RefreshNode).
 func NewOrder() *Order {
+	o := newOrder()
+	o.ch = newCharges()
+	o.touched = map[model.GangID]struct{}{}
+	return o
+}
+
+// Settle tells the Order that a cycle has seen the gangs refreshed so far: the next
+// cycle's workload learner looks at the gangs refreshed after it only.
+func (o *Order) Settle() {
+	if o.touched != nil {
+		clear(o.touched)
+	}
+}
+
+// observed is the snapshot the placer's workload learner is shown: with an Order
+// that keeps track, snap with only the gangs refreshed since Settle as pending,
+// which is where new pods appear, rather than every pending gang.
+func (o *Order) observed(snap *model.Snapshot) *model.Snapshot {
+	if o.touched == nil {
+		return snap
+	}
+	v := *snap
+	v.PendingGangs = o.touched
+	return &v
+}
+
+func newOrder() *Order {
 	return &Order{queues: map[string]*queueOrder{}, keys: map[model.GangID]orderKey{}}
 }
 
-// OrderOf builds the Order of snap's pending gangs from scratch.
+// OrderOf builds the Order of snap's pending gangs from scratch, for one cycle: it
+// keeps no charges, and a cycle given it charges every pod (Shares).
 func OrderOf(snap *model.Snapshot) *Order {
-	o := NewOrder()
+	o := newOrder()
 	if snap.PendingGangs != nil {
 		for id := range snap.PendingGangs {
 			o.Refresh(snap, id)
@@ -86,6 +123,12 @@ func OrderOf(snap *model.Snapshot) *Order {
 // leaves the Order when it has no pending member. It costs the gang's members and a
 // logarithm of the gangs pending.
 func (o *Order) Refresh(snap *model.Snapshot, g model.GangID) {
+	if o.ch != nil {
+		o.ch.refreshGang(snap, g)
+	}
+	if o.touched != nil {
+		o.touched[g] = struct{}{}
+	}
 	key, ok := keyOf(snap, g)
 	old, had := o.keys[g]
 	if had && ok && old == key {
@@ -113,6 +156,24 @@ func (o *Order) Refresh(snap *model.Snapshot, g model.GangID) {
 	q.pods += key.pods
 	o.pods += key.pods
 	o.keys[g] = key
+}
+
+// RefreshNode counts the node's capacity again after it changed, was added or was
+// removed. The gangs of the pods bound to it are to be refreshed too: what a bound
+// pod charges its queue depends on its node's GPUs.
+func (o *Order) RefreshNode(snap *model.Snapshot, name string) {
+	if o.ch != nil {
+		o.ch.refreshNode(snap, name)
+	}
+}
+
+// Shares divides the cluster between snap's queues as Scheduler.Shares does: from
+// the kept charges when the Order keeps them, from scratch otherwise.
+func (o *Order) Shares(snap *model.Snapshot) (*fairshare.Shares, error) {
+	if o.ch == nil {
+		return (&Scheduler{}).Shares(snap)
+	}
+	return o.ch.shares(snap)
 }
 
 // Len is the number of pending gangs.

@@ -41,7 +41,6 @@ func pendingWork(snap *model.Snapshot) []*work {
 	return out
 }
 
-
 // randomOrderSnapshot is gangs of 1-3 pods over three queues (one the default),
 // with ties in priority and creation time, members bound and pods nominated.
 func randomOrderSnapshot(r *rand.Rand, gangs int) *model.Snapshot {
@@ -172,5 +171,42 @@ func TestOrderRefreshKeepsUp(t *testing.T) {
 				t.Fatalf("step %d: order\n%v\nwant\n%v", step, got, want)
 			}
 		}
+	}
+}
+
+// The workload learner shown only the gangs refreshed since the last cycle learns
+// the same mix as one shown every pending gang each cycle.
+func TestKeptOrderLearnsTheSameMix(t *testing.T) {
+	r := rand.New(rand.NewSource(4))
+	snap := chargedSnapshot(r)
+	every, err := New("", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := New("", Config{})
+	o := NewOrder()
+	for id := range snap.Gangs {
+		o.Refresh(snap, id)
+	}
+	skipAll := func(model.GangID) bool { return true }
+	for cycle := 0; cycle < 20; cycle++ {
+		every.ScheduleWithin(snap, skipAll, 0)
+		kept.ScheduleOrdered(snap, o, skipAll, 0)
+		o.Settle()
+		for i := 0; i < 10; i++ {
+			id := fmt.Sprintf("c%02d-%d", cycle, i)
+			addRandomGang(r, snap, id)
+			for _, m := range snap.Gangs[model.GangID(id)].Members {
+				chargePod(r, snap.Pods[m])
+			}
+			o.Refresh(snap, model.GangID(id))
+		}
+	}
+	a, b := every.Placer.Settings().Arrivals, kept.Placer.Settings().Arrivals
+	if a != b || a == 0 {
+		t.Fatalf("learned from %d pods with the kept order, %d from every pending gang", b, a)
+	}
+	if ma, mb := fmt.Sprint(every.Placer.Mix()), fmt.Sprint(kept.Placer.Mix()); ma != mb {
+		t.Fatalf("mix %s with the kept order, %s from every pending gang", mb, ma)
 	}
 }

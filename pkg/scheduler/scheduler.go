@@ -185,9 +185,9 @@ func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID)
 // gangs pending. It does not change order.
 func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip func(model.GangID) bool, maxPods int) *Plan {
 	plan := &Plan{}
-	s.Placer.ObserveSnapshot(snap)
+	s.Placer.ObserveSnapshot(order.observed(snap))
 	view := placement.NewView(snap)
-	shares, queueErr := s.Shares(snap)
+	shares, queueErr := order.Shares(snap)
 	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan, skip: skip, queueErr: queueErr}
 
 	nominated, queues, queueNames := c.admit(order)

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -97,9 +98,19 @@ func node(i int, s Scenario) *corev1.Node {
 func createNodes(ctx context.Context, client kubernetes.Interface, s Scenario, workers int) error {
 	untaint := []byte(`{"spec":{"taints":null}}`)
 	return parallel(ctx, s.Nodes, workers, func(ctx context.Context, i int) error {
-		n, err := client.CoreV1().Nodes().Create(ctx, node(i, s), metav1.CreateOptions{})
+		var n *corev1.Node
+		tries := 0
+		err := create(ctx, fmt.Sprintf("node %d", i), func(ctx context.Context) error {
+			var err error
+			tries++
+			n, err = client.CoreV1().Nodes().Create(ctx, node(i, s), metav1.CreateOptions{})
+			if tries > 1 && apierrors.IsAlreadyExists(err) { // created by an earlier try: read it back
+				n, err = client.CoreV1().Nodes().Get(ctx, nodeName(i), metav1.GetOptions{})
+			}
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("create node %d: %w", i, err)
+			return err
 		}
 		if len(n.Spec.Taints) == 0 {
 			return nil
@@ -174,10 +185,10 @@ func gangName(g int) string { return fmt.Sprintf("g-%d", g) }
 // createPods creates the whole backlog for sched.
 func createPods(ctx context.Context, client kubernetes.Interface, s Scenario, sched Scheduler, workers int) error {
 	return parallel(ctx, s.Pods, workers, func(ctx context.Context, i int) error {
-		if _, err := client.CoreV1().Pods(Namespace).Create(ctx, pod(i, s, sched), metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create pod %d: %w", i, err)
-		}
-		return nil
+		return create(ctx, fmt.Sprintf("pod %d", i), func(ctx context.Context) error {
+			_, err := client.CoreV1().Pods(Namespace).Create(ctx, pod(i, s, sched), metav1.CreateOptions{})
+			return err
+		})
 	})
 }
 

@@ -209,7 +209,26 @@ func (c *Cache) DeleteNode(name string) {
 	defer c.mu.Unlock()
 	delete(c.apiNodes, name)
 	c.snap.RemoveNode(name)
+	c.chargeNode(name)
 	c.freed()
+}
+
+// chargeNode tells the order a node changed: its capacity, and what the pods bound
+// to it charge their queues. Caller holds mu.
+func (c *Cache) chargeNode(name string) {
+	c.order.RefreshNode(c.snap, name)
+	var done map[model.GangID]bool
+	for id := range c.podsOnNode[name] {
+		g := c.gangOf[id]
+		if g == "" || done[g] {
+			continue
+		}
+		if done == nil {
+			done = map[model.GangID]bool{}
+		}
+		done[g] = true
+		c.order.Refresh(c.snap, g)
+	}
 }
 
 // setInventory replaces a node's per-device GPU inventory (from ResourceSlices); nil
@@ -313,6 +332,7 @@ func (c *Cache) rebuildNode(name string) {
 	}
 	c.bookOrphans(n)
 	c.snap.AddNode(n)
+	c.chargeNode(name)
 }
 
 // gpusFor returns the GPUs a bound pod holds on n: those recorded on it, or, for a

@@ -103,6 +103,7 @@ func (c *Cache) PrepareOrdered(ctx context.Context, now time.Time, schedule Orde
 	out.DRA = time.Since(draStart)
 	c.markBadPods()
 	out.Plan = schedule(c.snap, c.order, skip)
+	c.order.Settle()
 	return out
 }
 
@@ -183,6 +184,11 @@ func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
 	}
 	for _, gb := range plan.Binds {
 		delete(c.cycle.failed, gb.Gang)
+	}
+	for g, until := range c.cycle.backoff {
+		if !now.Before(until) {
+			delete(c.cycle.backoff, g) // over: skip no longer reads it
+		}
 	}
 	for g := range c.cycle.failed {
 		if _, ok := c.snap.Gangs[g]; !ok {
@@ -402,6 +408,20 @@ func (c *Cache) NeedsVictims(g model.GangID) bool {
 	defer c.mu.Unlock()
 	_, waiting := c.snap.PendingGangs[g]
 	return waiting
+}
+
+// Waiting reports, of gangs, those that exist and have members neither bound nor
+// assumed (the dispatcher forgets what it remembers of the others).
+func (c *Cache) Waiting(gangs []model.GangID) map[model.GangID]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[model.GangID]bool, len(gangs))
+	for _, g := range gangs {
+		if _, ok := c.snap.PendingGangs[g]; ok {
+			out[g] = true
+		}
+	}
+	return out
 }
 
 // heldGPUMemory is the GPU memory a bound pod holds: its shares, and the memory of

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
 
@@ -20,6 +21,17 @@ func checkOrder(t *testing.T, c *Cache, when string) {
 	if d := c.order.Diff(scheduler.OrderOf(&all)); d != "" {
 		t.Fatalf("%s: the cache's order of pending gangs is stale: %s", when, d)
 	}
+	kept, _ := c.order.Shares(c.snap)
+	fresh, _ := (&scheduler.Scheduler{}).Shares(c.snap)
+	for q := range c.snap.Queues {
+		a, b := kept.Queue(q), fresh.Queue(q)
+		for _, r := range []model.ResourceName{model.ResourceGPU, model.ResourceCPU, model.ResourceMemory} {
+			x, y := *a.Resources[r], *b.Resources[r]
+			if x != y {
+				t.Fatalf("%s: queue %s, %s: kept charges %+v, against %+v from every pod", when, q, r, x, y)
+			}
+		}
+	}
 }
 
 // The order a cycle takes the pending gangs in is kept by the cache, change by
@@ -27,6 +39,9 @@ func checkOrder(t *testing.T, c *Cache, when string) {
 // informer's echoes, deletions, a member that finished and a new priority.
 func TestOrderKeptWithTheSnapshot(t *testing.T) {
 	c, s := gpuCluster(t, 2, "a", "b")
+	c.snap.DefaultQueue = "default"
+	c.SetQueues(map[string]*model.Queue{"default": {Name: "default", Resources: map[model.ResourceName]model.QueueResource{
+		model.ResourceGPU: {Quota: 2, Limit: model.Unlimited, OverQuotaWeight: 1}}}})
 	train := gpuPod("train", 2, 10, "a")
 	train.Status.Phase = corev1.PodRunning
 	c.UpsertPod(train)
@@ -54,6 +69,8 @@ func TestOrderKeptWithTheSnapshot(t *testing.T) {
 	}
 	c.DeletePod("ns", "single-a")
 	checkOrder(t, c, "after a pending pod was deleted")
+	c.DeleteNode("b")
+	checkOrder(t, c, "after a node was deleted")
 	nominated := gpuPod("single-b", 1, 50, "")
 	nominated.Status.NominatedNodeName = "b"
 	c.UpsertPod(nominated)

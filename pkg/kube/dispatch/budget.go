@@ -18,13 +18,13 @@ import (
 //
 // The budget is sized from the time per pod of the bounded cycles before it, so that
 // a cycle takes about Options.CycleTarget: more pods on a small or idle cluster, fewer
-// on a large or loaded one. Two floors keep what every cycle costs whatever it places
-// (the snapshot's pending gangs walked and sorted, the queues' shares: see the cost
-// model in docs/scheduler.md) from swamping the drain: never fewer than minBudget
-// pods, and never less than 1/backlogShare of the pods left waiting, so that a
-// backlog of P pods takes about backlogShare·ln(P/minBudget) cycles, not P/minBudget.
-// On a large cluster that floor, not the target, sizes the first cycles of a large
-// backlog (at 100,000 pods on 5,000 nodes they take longer than the target).
+// on a large or loaded one, never fewer than minBudget. What every cycle costs
+// whatever it places is small beside that: the cache keeps the pending gangs in order
+// and the queues' charges (scheduler.Order), so a cycle reads only the gangs it
+// reaches (the cost model in docs/scheduler.md). Before it did, a cycle walked and
+// sorted every pending gang, and a floor of 1/32 of the backlog per cycle amortised
+// that walk; with the order kept, that floor only made the first cycles of a large
+// backlog take seconds, and is gone.
 
 const (
 	// firstBudget is the first cycle's budget, before any cycle was timed.
@@ -33,8 +33,6 @@ const (
 	// tests).
 	minBudget = 256
 	maxBudget = 16384
-	// backlogShare: a cycle places at least 1/backlogShare of the pods left waiting.
-	backlogShare = 32
 )
 
 // cycleBudget is the budget of pods of the next cycle.
@@ -46,8 +44,7 @@ func (r *Runner) cycleBudget() int {
 
 // resize sets the next cycle's budget from a cycle that took took. Only a cycle that
 // spent its budget (it left gangs for later) says what a budget costs; the budget
-// moves halfway to the size that would have taken CycleTarget, and no lower than
-// 1/backlogShare of the pods it left.
+// moves halfway to the size that would have taken CycleTarget.
 func (r *Runner) resize(plan *scheduler.Plan, took time.Duration) {
 	if plan.Deferred == 0 || took <= 0 {
 		return
@@ -62,7 +59,7 @@ func (r *Runner) resize(plan *scheduler.Plan, took time.Duration) {
 	fit := int(int64(placed) * int64(r.opts.CycleTarget) / int64(took))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.budget = min(max((r.budget+fit)/2, plan.Deferred/backlogShare, r.minBudget), maxBudget)
+	r.budget = min(max((r.budget+fit)/2, r.minBudget), maxBudget)
 }
 
 // deferred records whether the last cycle left gangs for the next, and wakes the

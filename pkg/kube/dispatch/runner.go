@@ -11,7 +11,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"time"
 
@@ -100,7 +99,7 @@ type Runner struct {
 	opts     Options
 
 	mu         sync.Mutex
-	nominated  map[model.PodID]string
+	nominated  map[model.PodID]nomination
 	lastReason map[model.GangID]reasonKey
 	pending    map[model.GangID]scheduler.Pending
 	// warned are the pods told of a share conflict (cache.ShareConflict), by UID:
@@ -123,6 +122,8 @@ type Runner struct {
 	// mixPods is how many pods the placer had learned from when its mix was last
 	// published as a metric.
 	mixPods uint64
+	// cycles counts the cycles run, for sweepSometimes.
+	cycles uint64
 	// budget, queuedPods, more and ready bound the work of a cycle (budget.go).
 	budget     int
 	minBudget  int
@@ -144,7 +145,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		status:       newStatusWriter(client, recorder, 8),
 		metrics:      m,
 		opts:         opts,
-		nominated:    map[model.PodID]string{},
+		nominated:    map[model.PodID]nomination{},
 		lastReason:   map[model.GangID]reasonKey{},
 		pending:      map[model.GangID]scheduler.Pending{},
 		warned:       map[string]bool{},
@@ -239,7 +240,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 	for _, nom := range d.Nominations {
 		for _, pl := range nom.Placements {
-			r.nominate(ctx, pl)
+			r.nominate(ctx, nom.Gang, pl)
 		}
 	}
 	r.mu.Lock()
@@ -259,6 +260,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		r.explainPending(ctx, pd)
 	}
 	r.warnShareConflicts(d.ShareConflicts)
+	r.sweepSometimes()
 	for _, pd := range d.Incomplete {
 		klog.InfoS("Gang incomplete for too long", "gang", pd.Gang, "reason", pd.Reason)
 		for _, p := range pd.Pods {
@@ -299,10 +301,10 @@ func (r *Runner) Pending(g model.GangID) (scheduler.Pending, bool) {
 	return pd, ok
 }
 
-func (r *Runner) nominate(ctx context.Context, pl placement.Placement) {
+func (r *Runner) nominate(ctx context.Context, g model.GangID, pl placement.Placement) {
 	r.mu.Lock()
-	same := r.nominated[pl.Pod] == pl.Node
-	r.nominated[pl.Pod] = pl.Node
+	same := r.nominated[pl.Pod].node == pl.Node
+	r.nominated[pl.Pod] = nomination{node: pl.Node, gang: g}
 	r.mu.Unlock()
 	if same {
 		return
@@ -346,25 +348,6 @@ func (r *Runner) warnShareConflicts(conflicts []cache.ShareConflict) {
 			r.status.event(sc.Pod, corev1.EventTypeWarning, names.EventGPUShareConflict, sc.Message)
 		}
 	}
-}
-
-// reasonKey is what a gang's pending reason was last written for: the reason and
-// the pods it went to.
-type reasonKey struct {
-	reason string
-	pods   uint64
-	n      int
-}
-
-func pendingKey(pd cache.PendingGang) reasonKey {
-	k := reasonKey{reason: pd.Reason, n: len(pd.Pods)}
-	for _, p := range pd.Pods {
-		h := fnv.New64a()
-		h.Write([]byte(p.UID))
-		h.Write([]byte(p.ID))
-		k.pods += h.Sum64() // order-independent
-	}
-	return k
 }
 
 // explainPending writes why a gang waits on its pods (PodScheduled=False and an

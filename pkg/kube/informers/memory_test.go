@@ -88,6 +88,30 @@ func measureMemory(b *testing.B, nodes, pods int) {
 	runtime.KeepAlive(apiNodes)
 	runtime.KeepAlive(apiPods)
 	runtime.KeepAlive(c)
+	c, apiPods = nil, nil
+	measurePending(b, apiNodes, pods)
+}
+
+// measurePending reports what the cache holds per pending pod (a drain's backlog,
+// each pod its own gang): the snapshot's pod and gang, the indexes, and the order
+// and queue charges kept for the cycles (scheduler.Order).
+func measurePending(b *testing.B, apiNodes []any, pods int) {
+	c := gcache.New([]string{"gantry-scheduler"}, &gang.StaticLookup{}, "default")
+	for _, n := range apiNodes {
+		c.UpsertNode(n.(*corev1.Node))
+	}
+	apiPods := make([]any, pods)
+	for i := range apiPods {
+		apiPods[i], _ = slimPod(benchPod(i, ""))
+	}
+	before := heapInUse()
+	for _, p := range apiPods {
+		c.UpsertPod(p.(*corev1.Pod))
+	}
+	after := heapInUse()
+	b.ReportMetric(float64(int64(after-before))/float64(pods), "cache-B/pending-pod")
+	runtime.KeepAlive(apiPods)
+	runtime.KeepAlive(c)
 }
 
 func heapInUse() uint64 {
