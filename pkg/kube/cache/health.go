@@ -43,10 +43,16 @@ type gangHealth struct {
 	partialSince    map[model.GangID]time.Time
 	incompleteSince map[model.GangID]time.Time
 	reported        map[model.GangID]bool
+	// wholeAt is the minimum each gang last ran whole at, as this process saw it.
+	// A gang whose minimum was raised since (a RayCluster's minReplicas scaled up)
+	// runs below the new minimum until its new members are placed, but has lost
+	// nothing: it is not partial while it keeps the members it was whole with.
+	wholeAt map[model.GangID]int
 }
 
 func newGangHealth() gangHealth {
-	return gangHealth{partialSince: map[model.GangID]time.Time{}, incompleteSince: map[model.GangID]time.Time{}, reported: map[model.GangID]bool{}}
+	return gangHealth{partialSince: map[model.GangID]time.Time{}, incompleteSince: map[model.GangID]time.Time{},
+		reported: map[model.GangID]bool{}, wholeAt: map[model.GangID]int{}}
 }
 
 // checkHealth notes whether a gang just regrouped is partial or incomplete. Caller
@@ -57,7 +63,11 @@ func (c *Cache) checkHealth(id model.GangID) {
 		delete(c.health.partialSince, id)
 		delete(c.health.incompleteSince, id)
 		delete(c.health.reported, id)
+		delete(c.health.wholeAt, id)
 		return
+	}
+	if c.running(g) >= g.MinMember {
+		c.health.wholeAt[id] = g.MinMember
 	}
 	if _, seen := c.health.partialSince[id]; !seen && c.partial(g) {
 		c.health.partialSince[id] = c.clock()
@@ -72,17 +82,34 @@ func (c *Cache) checkHealth(id model.GangID) {
 	}
 }
 
-// partial reports whether a gang runs below its minimum: some members bound (or
-// assumed) and not terminating, fewer than MinMember with the succeeded ones.
+// partial reports whether a gang runs below its minimum because it lost members:
+// some members bound (or assumed) and not terminating, fewer than MinMember with the
+// succeeded ones, and fewer than it last ran whole with. A gang whose minimum was
+// raised while it ran whole is growing, not partial: its new members are placed
+// together when they fit, and it is evicted only if it loses members it had.
 // Caller holds mu.
 func (c *Cache) partial(g *model.Gang) bool {
+	n := c.running(g)
+	if n == 0 || n >= g.MinMember {
+		return false
+	}
+	was, ok := c.health.wholeAt[g.ID]
+	return !ok || was >= g.MinMember || n < was
+}
+
+// running is how many of a gang's members run or ran to completion: bound (or
+// assumed) and not terminating, and succeeded. 0 when none is bound. Caller holds mu.
+func (c *Cache) running(g *model.Gang) int {
 	bound := 0
 	for id := range c.gangPods[g.ID] {
 		if p := c.snap.Pods[id]; p != nil && p.Bound() && !p.Terminating {
 			bound++
 		}
 	}
-	return bound > 0 && bound+g.Succeeded < g.MinMember
+	if bound == 0 {
+		return 0
+	}
+	return bound + g.Succeeded
 }
 
 // commitHealth turns gangs partial for longer than the grace into evictions of their

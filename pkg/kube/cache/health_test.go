@@ -66,3 +66,47 @@ func TestAGangIncompleteTooLongIsToldOnce(t *testing.T) {
 		t.Fatalf("reported twice: %+v", d.Incomplete)
 	}
 }
+
+// A gang whose minimum is raised while it runs whole (a RayCluster's minReplicas
+// scaled up, its new workers not placeable yet) keeps running: it lost nothing. It
+// is evicted only once it loses a member it ran whole with (soak4 saw running Ray
+// clusters evicted 10 s after a scale-up while KubeRay created the new workers).
+func TestAGangWhoseMinimumWasRaisedIsNotEvicted(t *testing.T) {
+	c, s := gpuCluster(t, 1, "a", "b")
+	t0 := time.Unix(5000, 0)
+	c.clock = func() time.Time { return t0 }
+	c.UpsertPod(member("w1", "a"))
+	c.UpsertPod(member("w2", "b"))
+	if d := commitAt(c, s, t0.Add(time.Hour)); len(d.Evictions) != 0 {
+		t.Fatalf("a whole gang was evicted: %+v", d.Evictions)
+	}
+	// The minimum goes to 3; the third member exists but fits nowhere.
+	for _, name := range []string{"w1", "w2", "w3"} {
+		node := map[string]string{"w1": "a", "w2": "b"}[name]
+		p := member(name, node)
+		p.Annotations[names.AnnotationMinMember] = "3"
+		c.UpsertPod(p)
+	}
+	for i, after := range []time.Duration{5 * time.Second, 11 * time.Second, time.Minute} {
+		d := commitAt(c, s, t0.Add(after))
+		if len(d.Evictions) != 0 {
+			t.Fatalf("%s after the minimum was raised: evicted %+v", after, d.Evictions)
+		}
+		// Reported once; later cycles skip it while nothing changes.
+		if i == 0 && len(d.Pending) != 1 {
+			t.Fatalf("%s after the minimum was raised: pending %+v, want the gang waiting for its new member", after, d.Pending)
+		}
+	}
+	// Now it loses a member it ran whole with: below what it had, it is partial.
+	t1 := t0.Add(2 * time.Minute)
+	c.clock = func() time.Time { return t1 }
+	c.DeleteNode("b")
+	c.DeletePod("ns", "w2")
+	if d := commitAt(c, s, t1.Add(5*time.Second)); len(d.Evictions) != 0 {
+		t.Fatalf("evicted within the grace: %+v", d.Evictions)
+	}
+	d := commitAt(c, s, t1.Add(11*time.Second))
+	if len(d.Evictions) != 1 || d.Evictions[0].Pod.ID != "ns/w1" || d.Evictions[0].Kind != KindBelowMinimum {
+		t.Fatalf("evictions after losing a member = %+v, want w1 (gang below minimum)", d.Evictions)
+	}
+}
