@@ -25,7 +25,10 @@ func member(name, node string) *corev1.Pod {
 	return p
 }
 
-func TestAGangBelowItsMinimumIsEvictedAfterTheGrace(t *testing.T) {
+// wholeGang is a gang of two (minimum 2) running whole on nodes a and b, seen by a
+// cycle; t0 is the cache's clock.
+func wholeGang(t *testing.T) (*Cache, *scheduler.Scheduler, time.Time) {
+	t.Helper()
 	c, s := gpuCluster(t, 1, "a", "b")
 	t0 := time.Unix(5000, 0)
 	c.clock = func() time.Time { return t0 }
@@ -34,6 +37,11 @@ func TestAGangBelowItsMinimumIsEvictedAfterTheGrace(t *testing.T) {
 	if d := commitAt(c, s, t0.Add(time.Hour)); len(d.Evictions) != 0 {
 		t.Fatalf("a whole gang was evicted: %+v", d.Evictions)
 	}
+	return c, s, t0
+}
+
+func TestAGangBelowItsMinimumIsEvictedAfterTheGrace(t *testing.T) {
+	c, s, t0 := wholeGang(t)
 	// w2 goes with its node; nothing can take its place (b is gone).
 	c.DeleteNode("b")
 	c.DeletePod("ns", "w2")
@@ -72,14 +80,7 @@ func TestAGangIncompleteTooLongIsToldOnce(t *testing.T) {
 // is evicted only once it loses a member it ran whole with (soak4 saw running Ray
 // clusters evicted 10 s after a scale-up while KubeRay created the new workers).
 func TestAGangWhoseMinimumWasRaisedIsNotEvicted(t *testing.T) {
-	c, s := gpuCluster(t, 1, "a", "b")
-	t0 := time.Unix(5000, 0)
-	c.clock = func() time.Time { return t0 }
-	c.UpsertPod(member("w1", "a"))
-	c.UpsertPod(member("w2", "b"))
-	if d := commitAt(c, s, t0.Add(time.Hour)); len(d.Evictions) != 0 {
-		t.Fatalf("a whole gang was evicted: %+v", d.Evictions)
-	}
+	c, s, t0 := wholeGang(t)
 	// The minimum goes to 3; the third member exists but fits nowhere.
 	for _, name := range []string{"w1", "w2", "w3"} {
 		node := map[string]string{"w1": "a", "w2": "b"}[name]
