@@ -121,16 +121,20 @@ func TestConstraintsGangSelfAffinityTogether(t *testing.T) {
 		createPods(t, newPod(ns, name, onTestNodes(t), oneNode, withLabels("app", "one-node"), withCPU("12"),
 			withAffinity(&corev1.Affinity{PodAffinity: together("one-node", corev1.LabelHostname)})))
 	}
-	got = waitPods(t, ns, 2*time.Minute, "one-node gang explained", func(ps []corev1.Pod) bool {
-		return unschedulableMessage(ps, "h-0") != "" && unschedulableMessage(ps, "h-1") != "" && unschedulableMessage(ps, "h-2") != ""
+	// Until the third member exists the gang waits for it; then every member's
+	// condition must name the pod affinity that keeps them on one node.
+	got = waitPods(t, ns, 2*time.Minute, "one-node gang explained by its pod affinity", func(ps []corev1.Pod) bool {
+		for _, name := range []string{"h-0", "h-1", "h-2"} {
+			if !strings.Contains(unschedulableMessage(ps, name), "pod affinity") {
+				return false
+			}
+		}
+		return true
 	})
 	for _, name := range []string{"h-0", "h-1", "h-2"} {
 		if node := nodeOf(got, name); node != "" {
 			t.Errorf("%s bound to %s; no node holds the three members:\n%s", name, node, describe(got))
 		}
-	}
-	if msg := unschedulableMessage(got, "h-0"); !strings.Contains(msg, "pod affinity") {
-		t.Errorf("h-0's condition %q does not name the pod affinity that keeps the members on one node", msg)
 	}
 }
 
