@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -14,6 +15,12 @@ import (
 // never changes under it, and a Placer can cache what it computed about a node by its
 // pointer. Fork and Commit nest transactions (a gang, a preemption simulation).
 //
+// A fork costs what changed, not the cluster's size: a committed fork hands its node
+// slice back to its parent (see spare), and the next Fork brings that slice up to
+// date with only the nodes written since, so a cycle that places one gang after
+// another copies the node list once, not once per gang. A committed fork is spent:
+// using it again panics.
+//
 // A View sees the nodes the snapshot had when NewView was called. It is not safe for
 // concurrent use; while a fork is open, write only through the fork.
 type View struct {
@@ -22,7 +29,8 @@ type View struct {
 	// nodes is the current state, in the snapshot's node order.
 	nodes []*model.Node
 	// touched lists, in first-write order, the nodes written since this view was
-	// made or last committed; Commit hands exactly these to the parent.
+	// made or last committed; Commit hands exactly these to the parent. touchedSet
+	// indexes it once it is long enough for a scan to cost more than a map.
 	touched    []int
 	touchedSet map[int]struct{}
 	// affinityNodes and antiNodes count the nodes holding a pod with scoring
@@ -37,15 +45,12 @@ type View struct {
 	// other pod of the cycle takes one again; a fork's reach its parent on Commit,
 	// and volumeTaken looks up the ancestors too.
 	volumes map[string]struct{}
+	recycling
 }
 
 // NewView returns a root view of s. Committing it writes the changed nodes into s.
 func NewView(s *model.Snapshot) *View {
-	v := &View{
-		snapshot:   s,
-		nodes:      append([]*model.Node(nil), s.Nodes...),
-		touchedSet: map[int]struct{}{},
-	}
+	v := &View{snapshot: s, nodes: append([]*model.Node(nil), s.Nodes...)}
 	for _, n := range v.nodes {
 		v.count(n, 1)
 		for i := range n.Taints {
@@ -72,26 +77,32 @@ func (v *View) setNode(i int, n *model.Node) {
 	v.count(v.nodes[i], -1)
 	v.count(n, 1)
 	v.nodes[i] = n
+	v.logWrite(i)
 }
 
 // Fork returns a child transaction: it starts as v's current state, and its writes
 // reach v only on Commit.
+// It costs the nodes written in v since the last fork of v was committed (or, the
+// first time, a copy of v's node list).
 func (v *View) Fork() *View {
-	return &View{
+	v.usable()
+	f := &View{
 		snapshot:      v.snapshot,
 		parent:        v,
-		nodes:         append([]*model.Node(nil), v.nodes...),
-		touchedSet:    map[int]struct{}{},
+		nodes:         v.forkNodes(),
 		affinityNodes: v.affinityNodes,
 		antiNodes:     v.antiNodes,
 		softTainted:   v.softTainted,
 	}
+	f.forkedAt, f.forkEpoch = len(v.written), v.epoch
+	return f
 }
 
 // Commit applies this view's writes to its parent, or, for a root view, to the
-// snapshot (replacing the changed nodes there). The view stays usable and now
-// agrees with its parent.
+// snapshot (replacing the changed nodes there). A root view stays usable; a fork is
+// spent, its node list handed to the parent for its next Fork: do not use it again.
 func (v *View) Commit() {
+	v.usable()
 	for _, i := range v.touched {
 		if v.parent != nil {
 			v.parent.setNode(i, v.nodes[i])
@@ -101,7 +112,7 @@ func (v *View) Commit() {
 		}
 	}
 	v.touched = v.touched[:0]
-	clear(v.touchedSet)
+	v.touchedSet = nil
 	if v.parent != nil && len(v.volumes) > 0 {
 		if v.parent.volumes == nil {
 			v.parent.volumes = map[string]struct{}{}
@@ -111,10 +122,14 @@ func (v *View) Commit() {
 		}
 		clear(v.volumes)
 	}
+	if v.parent != nil {
+		v.parent.park(v)
+	}
 }
 
 // Node returns the named node's current state, or nil. Callers must not modify it.
 func (v *View) Node(name string) *model.Node {
+	v.usable()
 	i := v.snapshot.NodeIndex(name)
 	if i < 0 || i >= len(v.nodes) {
 		return nil
@@ -123,7 +138,7 @@ func (v *View) Node(name string) *model.Node {
 }
 
 // NodeCount is the number of nodes the view holds.
-func (v *View) NodeCount() int { return len(v.nodes) }
+func (v *View) NodeCount() int { v.usable(); return len(v.nodes) }
 
 // NodeAt returns the i-th node's current state in snapshot order. Callers must not
 // modify it.
@@ -134,6 +149,7 @@ func (v *View) NodeAt(i int) *model.Node { return v.nodes[i] }
 // when pl names a node or a GPU the view does not hold, which is a bug in the caller
 // (placements come from this view).
 func (v *View) Assign(p *model.Pod, pl Placement) {
+	v.usable()
 	i, n := v.writable(pl.Node)
 	for _, b := range pl.GPUs {
 		if n.GPUByIndex(b.Index) == nil {
@@ -148,6 +164,7 @@ func (v *View) Assign(p *model.Pod, pl Placement) {
 // Release undoes the booking of a bound pod (p.Node, p.GPUs): what preemption
 // would free. A pod that is not bound, or whose node the view lacks, changes nothing.
 func (v *View) Release(p *model.Pod) {
+	v.usable()
 	if !p.Bound() || v.Node(p.Node) == nil {
 		return
 	}
@@ -166,10 +183,24 @@ func (v *View) writable(name string) (int, *model.Node) {
 	return i, v.nodes[i].Clone()
 }
 
+// touchedScan is how many touched nodes are searched by a scan before touchedSet
+// indexes them: a gang touches a few nodes, a preemption a few more.
+const touchedScan = 16
+
 func (v *View) touch(i int) {
-	if _, ok := v.touchedSet[i]; ok {
+	if v.touchedSet != nil {
+		if _, ok := v.touchedSet[i]; ok {
+			return
+		}
+		v.touchedSet[i] = struct{}{}
+	} else if slices.Contains(v.touched, i) {
 		return
+	} else if len(v.touched) >= touchedScan {
+		v.touchedSet = make(map[int]struct{}, 2*touchedScan)
+		for _, t := range v.touched {
+			v.touchedSet[t] = struct{}{}
+		}
+		v.touchedSet[i] = struct{}{}
 	}
-	v.touchedSet[i] = struct{}{}
 	v.touched = append(v.touched, i)
 }

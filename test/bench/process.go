@@ -90,15 +90,15 @@ func (p *process) stop() {
 }
 
 // startGantry runs bin/gantry-scheduler with the given client QPS and burst, and
-// extra flags; it returns the port of its /metrics.
-func startGantry(bin, kubeconfig, logDir string, qps int, extra ...string) (*process, int, error) {
+// extra flags; it returns the ports of its /metrics and of its probes (/readyz).
+func startGantry(bin, kubeconfig, logDir string, qps int, extra ...string) (*process, int, int, error) {
 	metrics, err := testenv.FreePort()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	probe, err := testenv.FreePort()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
@@ -110,7 +110,7 @@ func startGantry(bin, kubeconfig, logDir string, qps int, extra ...string) (*pro
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
 	}, extra...)
 	p, err := startProcess("gantry-scheduler", filepath.Join(logDir, "gantry-scheduler.log"), bin, args...)
-	return p, metrics, err
+	return p, metrics, probe, err
 }
 
 // startKubeScheduler runs bin/kube-scheduler with its default profile and the given

@@ -37,7 +37,9 @@ type Options struct {
 	Workers int
 	// RunTimeout bounds one scheduler's run from its start to the last bind.
 	RunTimeout time.Duration
-	// StallTimeout ends a run early when no pod has been bound for this long.
+	// StallTimeout ends a run early when no pod has been bound for this long, counted
+	// from gantry-scheduler's readiness (its informers synced), and for the others
+	// from their start.
 	StallTimeout time.Duration
 	// WorkDir receives one folder of scheduler logs per run.
 	WorkDir string
@@ -241,7 +243,7 @@ func measure(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kub
 		go func() { arrivalErr <- arrive(ctx, client, s, sched, rec, opts.Workers) }()
 	}
 
-	waitErr := waitBound(ctx, rec, sc.proc, opts.RunTimeout, opts.StallTimeout)
+	waitErr := waitBound(ctx, rec, sc.proc, opts.RunTimeout, opts.StallTimeout, sc.readyCheck(ctx))
 	if arrivalErr != nil && waitErr == nil {
 		waitErr = <-arrivalErr
 	}
@@ -344,8 +346,11 @@ func inspect(ctx context.Context, client kubernetes.Interface, s Scenario, sched
 }
 
 // waitBound waits until every pod is bound, and fails when the scheduler exits, the
-// run takes longer than timeout, or no pod is bound for stall.
-func waitBound(parent context.Context, rec *bindRecorder, proc *process, timeout, stall time.Duration) error {
+// run takes longer than timeout, or no pod is bound for stall once the scheduler is
+// ready (ready nil: from the start). A scheduler's first sync of a large backlog
+// (100,000 pods) takes minutes on a loaded machine and binds nothing; only the run
+// timeout bounds it.
+func waitBound(parent context.Context, rec *bindRecorder, proc *process, timeout, stall time.Duration, ready func() bool) error {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var exited <-chan struct{}
@@ -354,7 +359,7 @@ func waitBound(parent context.Context, rec *bindRecorder, proc *process, timeout
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	last, lastChange := -1, time.Now()
+	clock := newStallClock(stall, ready, time.Now())
 	for {
 		select {
 		case <-rec.done:
@@ -368,12 +373,47 @@ func waitBound(parent context.Context, rec *bindRecorder, proc *process, timeout
 			return fmt.Errorf("%s: bound %d of %d in %s", StatusTimeout, rec.count(), rec.want, timeout)
 		case <-tick.C:
 		}
-		if n := rec.count(); n != last {
-			last, lastChange = n, time.Now()
-		} else if time.Since(lastChange) > stall {
+		n := rec.count()
+		if clock.stalled(time.Now(), n) {
 			return fmt.Errorf("%s: bound %d of %d, none for %s", StatusStalled, n, rec.want, stall)
 		}
 	}
+}
+
+// stallClock tells a run that binds nothing for too long, counting from the moment
+// the scheduler is ready (or binds its first pod, whichever comes first).
+type stallClock struct {
+	limit time.Duration
+	ready func() bool
+	// started is set once the scheduler is ready or has bound a pod.
+	started    bool
+	last       int
+	lastChange time.Time
+}
+
+func newStallClock(limit time.Duration, ready func() bool, now time.Time) *stallClock {
+	c := &stallClock{limit: limit, ready: ready, lastChange: now}
+	if ready == nil {
+		c.started = true
+	}
+	return c
+}
+
+// stalled reports, given the pods bound by now, whether none was bound for the
+// limit since the scheduler became ready.
+func (c *stallClock) stalled(now time.Time, bound int) bool {
+	if !c.started {
+		if bound <= 0 && !c.ready() {
+			return false
+		}
+		c.started, c.last, c.lastChange = true, bound, now
+		return false
+	}
+	if bound != c.last {
+		c.last, c.lastChange = bound, now
+		return false
+	}
+	return now.Sub(c.lastChange) > c.limit
 }
 
 func (r *bindRecorder) count() int {

@@ -27,9 +27,10 @@ type running struct {
 	stopInProcess func() error
 	stopFloor     func() int64
 	mem           *memorySampler
-	// metricsPort and profilePort are gantry-scheduler's /metrics and pprof (0: none).
-	metricsPort, profilePort int
-	logPath                  string
+	// metricsPort, probePort and profilePort are gantry-scheduler's /metrics,
+	// /readyz and pprof (0: none).
+	metricsPort, probePort, profilePort int
+	logPath                             string
 	// profilePrefix is where profiles go (DIR/SCENARIO-RUN-); cpuDone ends with the
 	// CPU profile's fetch.
 	profilePrefix string
@@ -62,7 +63,7 @@ func startScheduler(ctx context.Context, env *testenv.Env, cfg *rest.Config, s S
 			extra = append(extra, "--profiling-address=127.0.0.1:"+strconv.Itoa(sc.profilePort))
 			sc.profilePrefix = filepath.Join(opts.ProfileDir, fmt.Sprintf("%s-%d-", s.Name, run))
 		}
-		sc.proc, sc.metricsPort, err = startGantry(opts.GantryBinary, env.Kubeconfig, logDir, opts.QPS, extra...)
+		sc.proc, sc.metricsPort, sc.probePort, err = startGantry(opts.GantryBinary, env.Kubeconfig, logDir, opts.QPS, extra...)
 		sc.logPath = filepath.Join(logDir, "gantry-scheduler.log")
 	default:
 		sc.proc, err = startKubeScheduler(filepath.Join(opts.BinDir, "kube-scheduler"), env.Kubeconfig, logDir, opts.QPS)
@@ -122,6 +123,26 @@ func (sc *running) finish(ctx context.Context, r *Result, bound int, used map[st
 		if st, err := parseCycleLog(sc.logPath); err == nil {
 			r.Cycles = st
 		}
+	}
+}
+
+// readyCheck returns whether gantry-scheduler answers /readyz (leading, informers
+// synced), or nil for a scheduler the harness cannot ask, whose stall clock runs
+// from its start. Once ready it is not asked again.
+func (sc *running) readyCheck(ctx context.Context) func() bool {
+	if sc.probePort == 0 {
+		return nil
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", sc.probePort)
+	return func() bool {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		body, err := httpGet(rctx, url)
+		if err != nil {
+			return false
+		}
+		body.Close()
+		return true
 	}
 }
 

@@ -1,0 +1,103 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+)
+
+// TestForkKeepsEveryViewsState drives nested forks through random writes, commits
+// and drops — and the careless cases a fork tolerates: a parent written while its
+// fork is open, forks dropped after their parent moved on — with the node lists of
+// committed forks recycled, and checks every open view against a model of what it
+// must hold after each step: its parent's state when forked, its own writes, and
+// its committed children's writes.
+func TestForkKeepsEveryViewsState(t *testing.T) {
+	const nodes = 40
+	var names []string
+	s := snapshotOf()
+	for i := 0; i < nodes; i++ {
+		n := gpuNode(fmt.Sprintf("n%02d", i), 1, "H100", 80*gib)
+		s.AddNode(n)
+		names = append(names, n.Name)
+	}
+	type open struct {
+		v       *View
+		pods    []int        // the model: pods booked per node
+		touched map[int]bool // nodes written since made or last committed
+	}
+	rng := rand.New(rand.NewSource(21))
+	stack := []*open{{v: NewView(s), pods: make([]int, nodes), touched: map[int]bool{}}}
+	reused, forks := 0, 0
+	for step := 0; step < 20000; step++ {
+		top := stack[len(stack)-1]
+		switch op := rng.Intn(10); {
+		case op < 4: // book a pod on the top view
+			i := rng.Intn(nodes)
+			pod := cpuPod(fmt.Sprintf("p%d", step), 1000, gib)
+			top.v.Assign(pod, Placement{Pod: pod.ID, Node: names[i]})
+			top.pods[i]++
+			top.touched[i] = true
+		case op == 4 && len(stack) > 1: // careless: write the parent while its fork is open
+			parent := stack[len(stack)-2]
+			i := rng.Intn(nodes)
+			pod := cpuPod(fmt.Sprintf("p%d", step), 1000, gib)
+			parent.v.Assign(pod, Placement{Pod: pod.ID, Node: names[i]})
+			parent.pods[i]++
+			parent.touched[i] = true
+		case op < 7 && len(stack) < 5: // fork the top
+			before := top.v.spare
+			f := top.v.Fork()
+			forks++
+			if before != nil && len(f.nodes) > 0 && &f.nodes[0] == &before[0] {
+				reused++
+			}
+			stack = append(stack, &open{v: f, pods: append([]int(nil), top.pods...), touched: map[int]bool{}})
+		case op < 9 && len(stack) > 1: // commit the top into its parent
+			parent := stack[len(stack)-2]
+			top.v.Commit()
+			for i := range top.touched {
+				parent.pods[i] = top.pods[i]
+				parent.touched[i] = true
+			}
+			stack = stack[:len(stack)-1]
+		case len(stack) > 1: // drop the top
+			stack = stack[:len(stack)-1]
+		}
+		for depth, o := range stack {
+			for i := 0; i < nodes; i++ {
+				if got := o.v.NodeAt(i).Requested.Pods; got != int64(o.pods[i]) {
+					t.Fatalf("step %d: view at depth %d holds %d pods on %s, want %d", step, depth, got, names[i], o.pods[i])
+				}
+			}
+		}
+	}
+	if forks == 0 || reused < forks/4 {
+		t.Fatalf("%d of %d forks reused a committed fork's node list, want at least a quarter", reused, forks)
+	}
+}
+
+// TestForkCostsTheChanges: a fork made after a committed one takes its node list
+// and copies only the nodes written since.
+func TestForkCostsTheChanges(t *testing.T) {
+	s := snapshotOf(gpuNode("a", 1, "H100", 80*gib), gpuNode("b", 1, "H100", 80*gib))
+	root := NewView(s)
+	first := root.Fork()
+	list := &first.nodes[0]
+	pod := cpuPod("p", 1000, gib)
+	first.Assign(pod, Placement{Pod: pod.ID, Node: "a"})
+	first.Commit()
+	second := root.Fork()
+	if &second.nodes[0] != list {
+		t.Fatal("the fork after a Commit copied the node list instead of taking the committed fork's")
+	}
+	if second.Node("a").Requested.Pods != 1 || second.Node("b").Requested.Pods != 0 {
+		t.Fatalf("recycled fork holds a=%d b=%d pods, want 1 and 0", second.Node("a").Requested.Pods, second.Node("b").Requested.Pods)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a committed fork could still be written")
+		}
+	}()
+	first.Assign(pod, Placement{Pod: pod.ID, Node: "b"})
+}
