@@ -2,15 +2,12 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -80,132 +77,5 @@ func TestCoreEventCorrelatorForgetsAfterCoreEventCacheObjects(t *testing.T) {
 	got := wait("marker", "Marker2")
 	if len(got) != 1 || got[0] != "a/Again" {
 		t.Fatalf("after %d other pods, a's Event gave %v before the marker: want it written (a forgotten)", CoreEventCache, got)
-	}
-}
-
-// blockingSink records each write and holds it until released.
-type blockingSink struct {
-	arrived chan string
-	release chan struct{}
-	missing map[string]bool // Patches of these names answer NotFound
-}
-
-func (s *blockingSink) write(op string, e *corev1.Event) (*corev1.Event, error) {
-	s.arrived <- op + " " + e.Name
-	<-s.release
-	if op == "patch" && s.missing[e.Name] {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "events"}, e.Name)
-	}
-	return e, nil
-}
-func (s *blockingSink) Create(e *corev1.Event) (*corev1.Event, error) { return s.write("create", e) }
-func (s *blockingSink) Update(e *corev1.Event) (*corev1.Event, error) { return s.write("update", e) }
-func (s *blockingSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) {
-	return s.write("patch", e)
-}
-
-// Events are written CoreEventWorkers at a time, not one round trip after another;
-// one Event's writes stay in order, and a Patch of an Event that is gone creates it.
-func TestCoreEventsAreWrittenInParallel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	inner := &blockingSink{arrived: make(chan string, 64), release: make(chan struct{}), missing: map[string]bool{}}
-	s := newParallelSink(ctx, inner, CoreEventWorkers)
-	// One Event per worker: all their Creates are under way before any returns.
-	names := map[int]string{}
-	for i := 0; len(names) < CoreEventWorkers; i++ {
-		if i == 100000 {
-			t.Fatalf("names reach only %d of %d workers", len(names), CoreEventWorkers)
-		}
-		n := fmt.Sprintf("pod-%d.17", i)
-		if _, ok := names[s.worker(n)]; !ok {
-			names[s.worker(n)] = n
-		}
-	}
-	next := func() string {
-		t.Helper()
-		select {
-		case op := <-inner.arrived:
-			return op
-		case <-time.After(2 * time.Minute):
-			t.Fatal("a write never reached the API while others were under way")
-		}
-		return ""
-	}
-	for _, n := range names {
-		if _, err := s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range names {
-		next() // every worker's Create is in flight, none released
-	}
-	for range names {
-		inner.release <- struct{}{}
-	}
-	// Create, Patch, Patch of one Event: one worker, in order; its second Patch finds
-	// it gone and creates it again.
-	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "a.1", ResourceVersion: "7"}}
-	inner.missing["a.1"] = true
-	_, _ = s.Create(e)
-	_, _ = s.Patch(e, []byte("{}"))
-	var got []string
-	for i := 0; i < 3; i++ {
-		got = append(got, next())
-		inner.release <- struct{}{}
-	}
-	if want := []string{"create a.1", "patch a.1", "create a.1"}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("writes %v, want %v", got, want)
-	}
-}
-
-// flakySink answers each write with the next of errs (nil when they run out).
-type flakySink struct {
-	arrived chan string
-	errs    []error
-}
-
-func (s *flakySink) write(op string, e *corev1.Event) (*corev1.Event, error) {
-	var err error
-	if len(s.errs) > 0 {
-		err, s.errs = s.errs[0], s.errs[1:]
-	}
-	s.arrived <- fmt.Sprintf("%s %s %v", op, e.Name, err != nil)
-	return e, err
-}
-func (s *flakySink) Create(e *corev1.Event) (*corev1.Event, error) { return s.write("create", e) }
-func (s *flakySink) Update(e *corev1.Event) (*corev1.Event, error) { return s.write("update", e) }
-func (s *flakySink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) {
-	return s.write("patch", e)
-}
-
-// A write the API server could not take (no answer, 429, 503) is tried again; one it
-// refused (invalid) is not: an Event survives an API server restart, a bad one is
-// not retried forever.
-func TestCoreEventWriteIsRetriedWhileTheAPIServerCannotTakeIt(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	inner := &flakySink{arrived: make(chan string, 16), errs: []error{
-		errors.New("connection refused"), apierrors.NewTooManyRequests("slow down", 1),
-		apierrors.NewServiceUnavailable("restarting"), nil,
-		apierrors.NewBadRequest("invalid"),
-	}}
-	s := newParallelSink(ctx, inner, 1)
-	s.retryWait = time.Millisecond
-	_, _ = s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "a.1"}})
-	_, _ = s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "b.1"}})
-	_, _ = s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "c.1"}})
-	var got []string
-	for len(got) < 6 {
-		select {
-		case op := <-inner.arrived:
-			got = append(got, op)
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("writes %v, then none", got)
-		}
-	}
-	want := []string{"create a.1 true", "create a.1 true", "create a.1 true", "create a.1 false", "create b.1 true", "create c.1 false"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("writes %v, want %v", got, want)
 	}
 }
