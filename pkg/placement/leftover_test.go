@@ -61,3 +61,26 @@ func TestLeftoverTermPairsSharesThatFillAGPU(t *testing.T) {
 		}
 	}
 }
+
+// TestLeftoverTermLeavesModelBoundGPUsAlone: with a shape bound to V100s in the mix,
+// the leftover term counts on a T4 but not on a V100, where the bound pods decide.
+func TestLeftoverTermLeavesModelBoundGPUsAlone(t *testing.T) {
+	const mem = 16_000_000_000
+	share := func(milli int64, w float64, models ...string) Shape {
+		return Shape{GPU: model.GPUDemand{Count: 1, FractionMilli: milli, Models: models}, Weight: w}
+	}
+	mix := []Shape{share(470, 7), share(320, 3, "V100")}
+	frag := func(gpuModel string, weight float64) float64 {
+		w := compileWorkload(mix, nil, clusterCapacity{}, false, 0)
+		w.withLeftover(weight)
+		wfit := w.fitWeights(math.MaxInt64, math.MaxInt64, nil)
+		slots := []gpuSlot{{model: gpuModel, memory: mem, free: mem / 1000 * 530}}
+		return w.fragmentation(slots, false, wfit, math.MaxInt64, math.MaxInt64, nodeRatios{})
+	}
+	if with, without := frag("T4", leftoverWeight), frag("T4", 0); with <= without {
+		t.Errorf("on a T4 the leftover term adds nothing: %v with it, %v without", with, without)
+	}
+	if with, without := frag("V100", leftoverWeight), frag("V100", 0); with != without {
+		t.Errorf("on a V100, which a bound shape asks for, the leftover term counts: %v with it, %v without", with, without)
+	}
+}
