@@ -84,10 +84,12 @@ clean-tools:
 	rm -f $(TOOLS)
 
 ## build: the three Gantry binaries into bin/, and bin/kubectl-gantry (the CLI as a
-## kubectl plugin: `kubectl gantry explain POD`).
+## kubectl plugin: `kubectl gantry explain POD`). The scheduler and the node agent are
+## built as their images ship them (hack/images/gobuild.sh: a static scheduler), so
+## `make images` afterwards only links them.
 build:
-	$(GO) build -o $(BIN)/gantry-scheduler ./cmd/scheduler
-	$(GO) build -o $(BIN)/gantry-node-agent ./cmd/node-agent
+	GO=$(GO) hack/images/gobuild.sh gantry-scheduler $(BIN)
+	GO=$(GO) hack/images/gobuild.sh gantry-node-agent $(BIN)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/gantry ./cmd/gantry
 	ln -sf gantry $(BIN)/kubectl-gantry
 

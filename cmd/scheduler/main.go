@@ -77,7 +77,7 @@ func main() {
 
 // annotationShareClaims turns on the pod webhook's conversion of gantry.dev/gpu-memory
 // annotations into DRA claims (pkg/webhook.PodDefaulter.Templates).
-var annotationShareClaims = flag.Bool("annotation-share-claims", false, "pod webhook: turn a gantry.dev/gpu-memory or gantry.dev/gpu-fraction annotation into a gpu.gantry.dev ResourceClaim (from a ResourceClaimTemplate it creates in the pod's namespace) that the node agent prepares, once some node publishes gpu.gantry.dev GPUs; refuses such a pod that also requests nvidia.com/gpu; needs create on resourceclaimtemplates")
+var annotationShareClaims = flag.Bool("annotation-share-claims", false, "pod webhook: turn a gantry.dev/gpu-memory or gantry.dev/gpu-fraction annotation into a gpu.gantry.dev ResourceClaim (from a ResourceClaimTemplate it creates in the pod's namespace) that the node agent prepares, once some node publishes gpu.gantry.dev GPUs; refuses such a pod that also requests nvidia.com/gpu; records the pods using each template as its owners, so that the garbage collector deletes it once they are gone; needs get, create and patch on resourceclaimtemplates")
 
 func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metrics metricsOptions, probeAddr, configPath, webhookAddr, webhookCertDir string) error {
 	cfg, err := kube.LoadConfig(configPath)

@@ -19,19 +19,10 @@ tool=$(hack/images/tool.sh)
 
 mkdir -p "$OUT"
 cp hack/images/*.Containerfile "$OUT/"
-ldflags="-s -w -X main.version=$VERSION"
 for arch in $ARCHS; do
-  echo ">> building the binaries for linux/$arch"
-  CGO_ENABLED=0 GOOS=linux GOARCH="$arch" go build -trimpath -ldflags "$ldflags" -o "$OUT/linux-$arch/gantry-scheduler" ./cmd/scheduler
-  cc=${CC:-gcc}
-  if [ "$arch" != "$(go env GOHOSTARCH)" ]; then
-    case $arch in
-      arm64) cc=aarch64-linux-gnu-gcc ;;
-      amd64) cc=x86_64-linux-gnu-gcc ;;
-    esac
-  fi
-  CGO_ENABLED=1 CC=$cc GOOS=linux GOARCH="$arch" CGO_CFLAGS="-O2 -Wno-deprecated-declarations" \
-    go build -trimpath -ldflags "$ldflags" -o "$OUT/linux-$arch/gantry-node-agent" ./cmd/node-agent
+  echo ">> building the binaries for linux/$arch (hack/images/gobuild.sh: after make build, only linking)"
+  hack/images/gobuild.sh gantry-scheduler "$OUT/linux-$arch" "$arch"
+  hack/images/gobuild.sh gantry-node-agent "$OUT/linux-$arch" "$arch"
   echo ">> assembling the node agent's base from Debian's libc6 and libc-bin ($arch)"
   hack/images/rootfs.sh "$OUT/rootfs-$arch" "$arch"
   for name in scheduler node-agent; do

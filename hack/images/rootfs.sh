@@ -12,7 +12,18 @@ trap 'rm -rf "$work"' EXIT
 rm -rf "$dir"
 mkdir -p "$dir"
 # A foreign architecture needs it added first (dpkg --add-architecture arm64).
-(cd "$work" && apt-get download -qq -o APT::Sandbox::User=root "libc6:$arch" "libc-bin:$arch" >/dev/null)
+download() { (cd "$work" && apt-get download -qq -o APT::Sandbox::User=root "libc6:$arch" "libc-bin:$arch" >/dev/null); }
+# Package lists missing (a fresh machine) or stale (a mirror that moved on): refresh
+# them as root, as make test-deps does, and try once more.
+if ! download; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "rootfs.sh: apt-get download libc6:$arch libc-bin:$arch failed; run apt-get update as root and retry" >&2
+    exit 1
+  fi
+  echo ">> apt-get update, then downloading libc6 and libc-bin again" >&2
+  apt-get update -qq
+  download
+fi
 for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/x"; done
 mkdir -p "$dir/usr/lib" "$dir/usr/sbin" "$dir/etc/ld.so.conf.d" "$dir/tmp"
 # libc6 ships lib* under usr/lib/<triplet> (merged /usr) or lib/<triplet>.

@@ -21,13 +21,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/bootstrap"
@@ -86,10 +82,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	m := metrics.New(reg, kinds)
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: o.SchedulerNames[0]})
+	recorder, stopCoreEvents, err := dispatch.StartCoreEvents(ctx, o.RestConfig, o.SchedulerNames[0])
+	if err != nil {
+		return err
+	}
+	defer stopCoreEvents()
 
 	if err := ensureDefaultQueue(ctx, o, dyn); err != nil {
 		return err

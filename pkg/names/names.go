@@ -34,6 +34,11 @@ const (
 	// "INDEX[:BYTES],…" (no BYTES for a whole GPU). The scheduler sets it through the
 	// Binding, so it lands atomically with spec.nodeName and survives restarts.
 	AnnotationGPUs = "gantry.dev/gpus"
+	// LabelGPUShareClaim ("true") marks a pod whose share annotation the pod webhook
+	// turned into a claim from a Gantry ResourceClaimTemplate: the scheduler records
+	// such pods as the template's owners, so that the garbage collector deletes the
+	// template once no pod uses it.
+	LabelGPUShareClaim = "gantry.dev/gpu-share-claim"
 )
 
 // Gangs (docs/gangs.md).

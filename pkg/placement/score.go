@@ -12,8 +12,9 @@ import (
 // (Weng et al., "Beware of Fragmentation", USENIX ATC '23).
 //
 // The default adds to published FGD: GPUs stranded by a lack of CPU or memory count
-// as fragmentation (see workload.fragmentation); shapes that fit few nodes weigh
-// more (see Placer.adaptTo); scores are compared exactly rather than squashed into
+// as fragmentation (see workload.fragmentation); so does what a share would leave
+// of a GPU, as far as the mix could not use it (leftover.go); shapes that fit few
+// nodes weigh more (see Placer.adaptTo); scores are compared exactly rather than squashed into
 // kube-scheduler's 0..100 integers; memory is checked as well as CPU; and equal
 // scores go to the node left with the least free GPU capacity, then the least free
 // CPU (best fit), so that whole nodes stay free for large pods.
@@ -37,7 +38,9 @@ func (f *fgdPolicy) compile(shapes []Shape, scarcity []float64, capacity cluster
 	if f.classic {
 		return compileWorkload(typicalShapes(shapes), nil, capacity, true, 0)
 	}
-	return compileWorkload(shapes, scarcity, capacity, false, strandedWeight)
+	w := compileWorkload(shapes, scarcity, capacity, false, strandedWeight)
+	w.withLeftover(leftoverWeight)
+	return w
 }
 
 // typicalShapes is the published FGD's mix: shapes keyed by CPU and GPU demand

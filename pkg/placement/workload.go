@@ -93,6 +93,10 @@ type workload struct {
 	strandedWeight float64
 	// modelBound are the groups whose pods may run only on some GPU models.
 	modelBound []int
+	// leftoverWeight weighs the leftover term (leftover.go); leftovers are its
+	// tables by GPU kind.
+	leftoverWeight float64
+	leftovers      map[leftoverKey][]float64
 }
 
 type shapeGroup struct {
@@ -315,7 +319,9 @@ func loadSlots(n *model.Node, buf []gpuSlot) []gpuSlot {
 // only when it runs out for the next pod; this term sees it running out for the
 // pods after that, so CPU-hungry pods go where CPU is plentiful relative to GPUs
 // and GPUs are not left on nodes whose CPU is gone. own is what the node has per
-// GPU when empty (see strandingRatiosOn).
+// GPU when empty (see strandingRatiosOn). With a leftoverWeight, it adds for each
+// share shape what that share would leave on each GPU it fits, as far as the mix
+// could not use it (leftover.go).
 func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64, freeMilliCPU, freeMemoryBytes int64, own nodeRatios) float64 {
 	var total float64
 	for i := range slots {
@@ -325,6 +331,13 @@ func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64
 		return 0
 	}
 	var frag float64
+	var tablesBuf [16][]float64
+	tables := tablesBuf[:0]
+	if w.leftoverWeight > 0 && !countOnly {
+		for i := range slots {
+			tables = append(tables, w.leftoverTable(&slots[i]))
+		}
+	}
 	if w.strandedWeight > 0 && w.cpuPerMilli > 0 {
 		cpuRatio, memRatio := w.strandingRatiosOn(slots, own)
 		fed := float64(max(0, freeMilliCPU)) / cpuRatio
@@ -356,6 +369,9 @@ func (w *workload) fragmentation(slots []gpuSlot, countOnly bool, wfit []float64
 			continue
 		}
 		frag += wfit[gi]*stranded + (g.weight-wfit[gi])*total
+		if w.leftoverWeight > 0 && g.demand.Count == 1 && !g.demand.Whole() && wfit[gi] > 0 {
+			frag += w.leftoverWeight * wfit[gi] * w.leftover(g, slots, tables)
+		}
 	}
 	return frag
 }

@@ -71,6 +71,16 @@ func (c *cycle) mayPreempt(w *work) bool {
 	return gpu.Allocated < gpu.FairShare || belowQuota
 }
 
+// neverPreemptsNote adds to why a gang waits, when its pods say preemptionPolicy:
+// Never and preemption is on, that no pod is evicted for it, in kube-scheduler's
+// words, so that its users do not wait for a preemption that will never come.
+func (c *cycle) neverPreemptsNote(w *work, why string) string {
+	if !w.gang.NeverPreempts || !c.s.Config.Preemption {
+		return why
+	}
+	return why + "; preemption: not eligible due to preemptionPolicy=Never (no lower-priority pod is evicted for it)"
+}
+
 // limitGate is a queue limit a preemptor must get under: within says whether the
 // queue takes the preemptor's amounts within its limits once the victims are gone;
 // queue is the queue whose limit blocks (the preemptor's own, or an ancestor).

@@ -433,7 +433,7 @@ func (c *cycle) placeGang(w *work) bool {
 			return false
 		}
 		if !c.mayPreempt(w) {
-			plan.pend(w, PendingNoFit, unsched.Message)
+			plan.pend(w, PendingNoFit, c.neverPreemptsNote(w, unsched.Message))
 			return false
 		}
 		c.preempt(w, w.core, amounts, PendingNoFit, unsched.Message, nil)

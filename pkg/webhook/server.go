@@ -57,6 +57,7 @@ func Serve(ctx context.Context, addr, certDir string, dyn dynamic.Interface, opt
 	if o.annotationShareClaims {
 		pods.Templates = DynamicTemplateEnsurer(dyn)
 		pods.Sizes = DynamicGPUSizes(dyn, 30*time.Second)
+		go RunTemplateOwners(ctx, dyn, pods.TemplateFor)
 	}
 	mux.Handle(DefaultPodPath, pods)
 	ln, err := net.Listen("tcp", addr)
@@ -76,8 +77,10 @@ type options struct{ annotationShareClaims bool }
 
 // WithAnnotationShareClaims makes the pod webhook turn gantry.dev/gpu-memory and
 // gantry.dev/gpu-fraction annotations into DRA claims (PodDefaulter.Templates and
-// Sizes); the scheduler then needs create on resourceclaimtemplates and list on
-// resourceslices.
+// Sizes), and record the pods using each share template as its owners
+// (RunTemplateOwners), so that the garbage collector deletes it when none is left; the
+// scheduler then needs get, create and patch on resourceclaimtemplates, list on
+// resourceslices and list and watch on pods.
 func WithAnnotationShareClaims(on bool) Option {
 	return func(o *options) { o.annotationShareClaims = on }
 }

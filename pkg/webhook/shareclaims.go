@@ -126,10 +126,16 @@ func (p PodDefaulter) shareTemplate(ctx context.Context, pod *corev1.Pod) (tmpl 
 
 // shareClaimOps adds ShareClaimRef from template tmpl to spec.resourceClaims and to
 // every container's resources.claims, so that the node agent prepares the share
-// (device node, driver libraries, MPS) for each of them.
+// (device node, driver libraries, MPS) for each of them, and labels the pod
+// LabelGPUShareClaim, so that TemplateOwners makes it an owner of the template.
 func shareClaimOps(pod *corev1.Pod, tmpl string) []jsonPatchOp {
 	entry := map[string]any{"name": ShareClaimRef, "resourceClaimTemplateName": tmpl}
 	var ops []jsonPatchOp
+	if len(pod.Labels) == 0 {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{names.LabelGPUShareClaim: "true"}})
+	} else {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/labels/" + escapeJSONPointer(names.LabelGPUShareClaim), Value: "true"})
+	}
 	if len(pod.Spec.ResourceClaims) == 0 {
 		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/resourceClaims", Value: []any{entry}})
 	} else {

@@ -112,6 +112,18 @@ func TestGPUMemoryAnnotationBecomesAClaim(t *testing.T) {
 	if !strings.Contains(strings.Join(resp.Warnings, " "), tmpl.Name) {
 		t.Errorf("warnings %v do not say what was done", resp.Warnings)
 	}
+	// The label that makes the pod an owner of the template (RunTemplateOwners),
+	// added to a pod without labels and to one with some.
+	if got.Labels[names.LabelGPUShareClaim] != "true" {
+		t.Errorf("pod labels %v, want %s=true", got.Labels, names.LabelGPUShareClaim)
+	}
+	labelled := pod.DeepCopy()
+	labelled.Labels = map[string]string{"app": "llm"}
+	req2 := sharePodRequest(t, labelled)
+	got2 := applied(t, req2, PodDefaulter{Templates: rec.ensure, Sizes: fixedSizes(h100)}.Review(context.Background(), req2))
+	if got2.Labels["app"] != "llm" || got2.Labels[names.LabelGPUShareClaim] != "true" {
+		t.Errorf("labelled pod's labels %v, want app=llm and %s=true", got2.Labels, names.LabelGPUShareClaim)
+	}
 
 	// The scheduler waits for the claim (no share counted from the annotation
 	// meanwhile), then counts it: the same share the annotation asked for.

@@ -83,8 +83,9 @@ func permissions(agentInstallsDeviceClass bool) []permission {
 	grant(s, []string{"update", "patch"}, "resource.k8s.io", "resourceclaims", "status")
 	grant(s, []string{"update", "patch"}, "resource.k8s.io", "resourceclaims", "") // the delete-protection finalizer
 	// The pod webhook's annotation-share templates (webhooks.annotationShareClaims,
-	// on with the node agent).
-	grant(s, []string{"get", "create"}, "resource.k8s.io", "resourceclaimtemplates", "")
+	// on with the node agent): made and given owners, deleted only by the garbage
+	// collector.
+	grant(s, []string{"get", "create", "patch"}, "resource.k8s.io", "resourceclaimtemplates", "")
 	deny(s, "delete", "resource.k8s.io", "resourceclaimtemplates", "", "default")
 	for _, r := range []string{"queues", "podgroups"} {
 		grant(s, read, "scheduling.gantry.dev", r, "")

@@ -52,7 +52,8 @@ func wiringOf(t *testing.T, objs []*unstructured.Unstructured) chartWiring {
 	}
 	sched := rulesOf("gantry-scheduler")
 	w.templatesRule = allows(sched, permission{verb: "create", group: "resource.k8s.io", resource: "resourceclaimtemplates"}) &&
-		allows(sched, permission{verb: "get", group: "resource.k8s.io", resource: "resourceclaimtemplates"})
+		allows(sched, permission{verb: "get", group: "resource.k8s.io", resource: "resourceclaimtemplates"}) &&
+		allows(sched, permission{verb: "patch", group: "resource.k8s.io", resource: "resourceclaimtemplates"})
 	w.claimStatusRule = allows(rulesOf("gantry-node-agent"), permission{verb: "update", group: "resource.k8s.io", resource: "resourceclaims", subresource: "status"})
 	return w
 }

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -102,34 +101,9 @@ func TestConstraintsAttachLimitAndClaimBoundElsewhere(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Client.StorageV1().CSINodes().Delete(context.Background(), "al-1", metav1.DeleteOptions{})
 	})
-	empty := ""
-	boundPair := func(claim, pvClaim string) {
-		pvName := ns + "-" + claim
-		pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: corev1.PersistentVolumeSpec{
-			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: pvName}},
-			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: pvClaim},
-			StorageClassName:       empty,
-		}}
-		if _, err := env.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = env.Client.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
-		})
-		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}, Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			StorageClassName: &empty, VolumeName: pvName,
-		}}
-		if _, err := env.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	boundPair("one", "one")
-	boundPair("two", "two")
-	boundPair("stolen", "someone-else")
+	csiClaimAndVolume(t, ns, "one", "one", driver)
+	csiClaimAndVolume(t, ns, "two", "two", driver)
+	csiClaimAndVolume(t, ns, "stolen", "someone-else", driver)
 	createPods(t, newPod(ns, "v-0", onTestNodes(t), withClaim("one")), newPod(ns, "v-1", onTestNodes(t), withClaim("two")),
 		newPod(ns, "thief", onTestNodes(t), withClaim("stolen")))
 	got := waitPods(t, ns, 60*time.Second, "one CSI pod bound, the other and the thief explained", func(ps []corev1.Pod) bool {

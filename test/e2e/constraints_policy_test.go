@@ -104,6 +104,14 @@ func TestConstraintsSpreadNodePoliciesAndMinDomains(t *testing.T) {
 // boundCSIClaim creates a claim bound to a static PersistentVolume of the CSI driver.
 func boundCSIClaim(t *testing.T, ns, claim, driver string) {
 	t.Helper()
+	csiClaimAndVolume(t, ns, claim, claim, driver)
+}
+
+// csiClaimAndVolume creates claim, naming the static PersistentVolume ns-claim of
+// the CSI driver, and that volume, pre-bound to pvClaim: claim itself, or another
+// claim when the volume is to be bound elsewhere. The volume is deleted at cleanup.
+func csiClaimAndVolume(t *testing.T, ns, claim, pvClaim, driver string) {
+	t.Helper()
 	ctx := context.Background()
 	empty := ""
 	pvName := ns + "-" + claim
@@ -111,7 +119,7 @@ func boundCSIClaim(t *testing.T, ns, claim, driver string) {
 		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 		AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: pvName}},
-		ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: claim},
+		ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: pvClaim},
 		StorageClassName:       empty,
 	}}
 	if _, err := env.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {

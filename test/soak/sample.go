@@ -31,6 +31,16 @@ type Sample struct {
 	// exposed): RSS that grows while it stays flat is the runtime keeping freed pages,
 	// not live data.
 	HeapBytes float64 `json:"heapBytes"`
+	// LiveHeapBytes is the heap the last GC found live: its next target
+	// (go_memstats_next_gc_bytes) over 1+GOGC/100 (go_gc_gogc_percent, 100 when not
+	// exposed); 0 when not exposed. Unlike RSS and heap in use it does not swing with
+	// the GC cycle or the scavenger, so a leak shows in it directly.
+	LiveHeapBytes float64 `json:"liveHeapBytes"`
+	// AnonRSSBytes is the RSS without the executable's file pages (RssAnon of
+	// /proc/PID/status, set by the caller; 0 when unknown): the 104 MB binary's pages
+	// count in RSS as they are first touched and the kernel may drop and fault them
+	// again, which is not the scheduler's memory growing.
+	AnonRSSBytes float64 `json:"anonRssBytes"`
 	// Load1 is the test machine's 1-minute load average when the sample was taken
 	// (set by the caller; 0 when unknown), to read the cycle p99 against.
 	Load1 float64 `json:"load1"`
@@ -68,6 +78,13 @@ func ParseSample(at time.Time, r io.Reader) (Sample, error) {
 	}
 	if h, err := gauge("go_memstats_heap_inuse_bytes"); err == nil {
 		s.HeapBytes = h
+	}
+	if next, err := gauge("go_memstats_next_gc_bytes"); err == nil {
+		gogc, err := gauge("go_gc_gogc_percent")
+		if err != nil || gogc <= 0 {
+			gogc = 100
+		}
+		s.LiveHeapBytes = next / (1 + gogc/100)
 	}
 	if f := fams[cycleMetric]; f != nil && len(f.Metric) > 0 && f.Metric[0].Histogram != nil {
 		s.Cycle = buckets(f.Metric[0].Histogram)
@@ -149,11 +166,41 @@ type Report struct {
 	LateRSSSlopeMiBPerMin  float64 `json:"lateRssSlopeMiBPerMin"`
 	LateRSSGrowthPct       float64 `json:"lateRssGrowthPct"`
 	LateHeapSlopeMiBPerMin float64 `json:"lateHeapSlopeMiBPerMin"`
+	// LiveHeap and AnonRSS are the same fit after warm-up for Sample.LiveHeapBytes
+	// and Sample.AnonRSSBytes (zero when not sampled): what the scheduler keeps
+	// alive, and its RSS without the executable's pages.
+	LiveHeap Growth `json:"liveHeap"`
+	AnonRSS  Growth `json:"anonRss"`
 	// LoadFirst and LoadLast are the mean 1-minute load averages over the p99's
 	// first and last windows (0 when not sampled).
 	LoadFirst, LoadLast float64
 	// Violations is the invariant checker's count, set by the caller.
 	Violations int `json:"violations"`
+}
+
+// Growth is a least-squares fit of a figure in MiB: its fitted start, its slope, and
+// that slope over the fitted span as a percentage of the start.
+type Growth struct {
+	StartMiB       float64 `json:"startMiB"`
+	SlopeMiBPerMin float64 `json:"slopeMiBPerMin"`
+	Pct            float64 `json:"pct"`
+}
+
+// growth fits y (bytes) over samples; the zero Growth when y is never set.
+func growth(samples []Sample, y func(Sample) float64) Growth {
+	set := false
+	for _, s := range samples {
+		set = set || y(s) > 0
+	}
+	if !set || len(samples) < 2 {
+		return Growth{}
+	}
+	slope, base := Slope(samples, func(s Sample) float64 { return y(s) / (1 << 20) })
+	g := Growth{StartMiB: base, SlopeMiBPerMin: slope}
+	if base > 0 {
+		g.Pct = 100 * slope * samples[len(samples)-1].At.Sub(samples[0].At).Minutes() / base
+	}
+	return g
 }
 
 // Summarize computes a Report from samples in time order: warm-up is left out of the
@@ -173,12 +220,10 @@ func Summarize(samples []Sample, warmUp, window time.Duration) (Report, error) {
 		return Report{}, fmt.Errorf("only %d samples after a %s warm-up: run longer", len(steady), warmUp)
 	}
 	r := Report{Duration: samples[len(samples)-1].At.Sub(start), WarmUp: warmUp, Samples: len(samples), Window: window}
-	slope, base := Slope(steady, func(s Sample) float64 { return s.RSSBytes / (1 << 20) })
-	span := steady[len(steady)-1].At.Sub(steady[0].At).Minutes()
-	r.RSSStartMiB, r.RSSSlopeMiBPerMin = base, slope
-	if base > 0 {
-		r.RSSGrowthPct = 100 * slope * span / base
-	}
+	rss := growth(steady, func(s Sample) float64 { return s.RSSBytes })
+	r.RSSStartMiB, r.RSSSlopeMiBPerMin, r.RSSGrowthPct = rss.StartMiB, rss.SlopeMiBPerMin, rss.Pct
+	r.LiveHeap = growth(steady, func(s Sample) float64 { return s.LiveHeapBytes })
+	r.AnonRSS = growth(steady, func(s Sample) float64 { return s.AnonRSSBytes })
 	r.GoroutineSlopePerMin, _ = Slope(steady, func(s Sample) float64 { return s.Goroutines })
 	r.GoroutinesStart, r.GoroutinesEnd = steady[0].Goroutines, steady[len(steady)-1].Goroutines
 	first, last := steady[0], steady[len(steady)-1]
@@ -202,12 +247,9 @@ func Summarize(samples []Sample, warmUp, window time.Duration) (Report, error) {
 		}
 	}
 	if len(late) >= 3 {
-		lateSlope, lateBase := Slope(late, func(s Sample) float64 { return s.RSSBytes / (1 << 20) })
-		r.LateRSSSlopeMiBPerMin = lateSlope
-		if lateBase > 0 {
-			r.LateRSSGrowthPct = 100 * lateSlope * late[len(late)-1].At.Sub(late[0].At).Minutes() / lateBase
-		}
-		r.LateHeapSlopeMiBPerMin, _ = Slope(late, func(s Sample) float64 { return s.HeapBytes / (1 << 20) })
+		lateRSS := growth(late, func(s Sample) float64 { return s.RSSBytes })
+		r.LateRSSSlopeMiBPerMin, r.LateRSSGrowthPct = lateRSS.SlopeMiBPerMin, lateRSS.Pct
+		r.LateHeapSlopeMiBPerMin = growth(late, func(s Sample) float64 { return s.HeapBytes }).SlopeMiBPerMin
 	}
 	return r, nil
 }
@@ -235,8 +277,29 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "  goroutines: %.0f → %.0f, slope %+.3f/min (goal: no growth)\n", r.GoroutinesStart, r.GoroutinesEnd, r.GoroutineSlopePerMin)
 	fmt.Fprintf(&b, "  RSS over the last 2/3: slope %+.3f MiB/min, growth %+.2f%%; Go heap in use slope %+.3f MiB/min\n",
 		r.LateRSSSlopeMiBPerMin, r.LateRSSGrowthPct, r.LateHeapSlopeMiBPerMin)
+	if r.LiveHeap.StartMiB > 0 {
+		fmt.Fprintf(&b, "  live heap (kept by the last GC): %.1f MiB at the start of the steady part, slope %+.3f MiB/min, growth %+.2f%%\n",
+			r.LiveHeap.StartMiB, r.LiveHeap.SlopeMiBPerMin, r.LiveHeap.Pct)
+	}
+	if r.AnonRSS.StartMiB > 0 {
+		fmt.Fprintf(&b, "  anonymous RSS (RSS less the executable's pages): %.1f MiB at the start of the steady part, slope %+.3f MiB/min, growth %+.2f%%\n",
+			r.AnonRSS.StartMiB, r.AnonRSS.SlopeMiBPerMin, r.AnonRSS.Pct)
+	}
 	fmt.Fprintf(&b, "  cycle p99 (bucket bound): first %s %.4gs over %d cycles (load %.1f), last %s %.4gs over %d cycles (load %.1f) (goal: the same)\n",
 		r.Window, r.CycleP99FirstSeconds, r.CyclesFirst, r.LoadFirst, r.Window, r.CycleP99LastSeconds, r.CyclesLast, r.LoadLast)
 	fmt.Fprintf(&b, "  invariant violations: %d (goal 0)", r.Violations)
 	return b.String()
+}
+
+// parseRssAnon reads the "RssAnon:" line of a /proc/PID/status (in kB) as bytes.
+func parseRssAnon(status string) float64 {
+	for _, line := range strings.Split(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			var kb float64
+			if _, err := fmt.Sscan(rest, &kb); err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
 }

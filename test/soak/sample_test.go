@@ -101,3 +101,53 @@ func TestLateSlopeSeparatesWarmUpStepFromLeak(t *testing.T) {
 		t.Errorf("the summary does not give the violation count:\n%s", l)
 	}
 }
+
+// The live heap is the last GC's target over 1+GOGC/100; RssAnon is read in kB.
+func TestLiveHeapAndAnonRSS(t *testing.T) {
+	exp := exposition + "# TYPE go_memstats_next_gc_bytes gauge\ngo_memstats_next_gc_bytes 6.291456e+07\n" +
+		"# TYPE go_gc_gogc_percent gauge\ngo_gc_gogc_percent 200\n"
+	s, err := ParseSample(time.Unix(0, 0), strings.NewReader(exp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LiveHeapBytes != 20<<20 {
+		t.Errorf("live heap %v, want 20 MiB (60 MiB target at GOGC=200)", s.LiveHeapBytes)
+	}
+	if got := parseRssAnon("VmRSS:\t  111840 kB\nRssAnon:\t   42344 kB\nRssFile:\t   69496 kB\n"); got != 42344*1024 {
+		t.Errorf("RssAnon %v, want %v", got, 42344*1024)
+	}
+	if got := parseRssAnon("VmRSS: 1 kB\n"); got != 0 {
+		t.Errorf("no RssAnon line read as %v", got)
+	}
+	// RSS that steps up with the executable's pages while the live heap and the
+	// anonymous RSS stay flat, then a live heap that leaks: each fit sees its own.
+	start := time.Unix(0, 0)
+	var flat, leak []Sample
+	for i := 0; i <= 30; i++ {
+		at := start.Add(time.Duration(i) * time.Minute)
+		cycles := map[float64]uint64{0.001: uint64(100 * i), math.Inf(1): uint64(100 * i)}
+		flat = append(flat, Sample{At: at, RSSBytes: float64(100<<20 + i*(1<<20)), LiveHeapBytes: 20 << 20, AnonRSSBytes: 50 << 20, Goroutines: 100, Cycle: cycles})
+		leak = append(leak, Sample{At: at, RSSBytes: 100 << 20, LiveHeapBytes: float64(20<<20 + i*(1<<19)), AnonRSSBytes: float64(50<<20 + i*(1<<20)), Goroutines: 100, Cycle: cycles})
+	}
+	f, err := Summarize(flat, 5*time.Minute, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.RSSGrowthPct < 20 || f.LiveHeap.StartMiB != 20 || math.Abs(f.LiveHeap.Pct) > 1e-9 || math.Abs(f.AnonRSS.Pct) > 1e-9 {
+		t.Errorf("flat live heap and anonymous RSS under growing RSS: %s", f)
+	}
+	l, err := Summarize(leak, 5*time.Minute, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 0.5 MiB/min for 25 min on a 22.5 MiB start; 1 MiB/min on 55 MiB.
+	if math.Abs(l.LiveHeap.SlopeMiBPerMin-0.5) > 1e-9 || math.Abs(l.LiveHeap.Pct-100*12.5/22.5) > 1e-6 || math.Abs(l.AnonRSS.Pct-100*25.0/55) > 1e-6 {
+		t.Errorf("leaking live heap / anonymous RSS misread: %+v %+v", l.LiveHeap, l.AnonRSS)
+	}
+	if !strings.Contains(l.String(), "live heap") || !strings.Contains(l.String(), "anonymous RSS") {
+		t.Errorf("the summary does not give the live heap and the anonymous RSS:\n%s", l)
+	}
+	if strings.Contains(Report{}.String(), "live heap") {
+		t.Error("a report without live-heap samples prints a live heap")
+	}
+}

@@ -110,14 +110,14 @@ func TestSoak(t *testing.T) {
 				t.Errorf("sample: %v", err)
 				continue
 			}
-			s.Load1 = load1()
+			s.Load1, s.AnonRSSBytes = load1(), anonRSS(sched.PID)
 			samples = append(samples, s)
 		}
 	}
 	tick.Stop()
 	wg.Wait()
 	if s, err := scrape(sched.MetricsAddr); err == nil {
-		s.Load1 = load1()
+		s.Load1, s.AnonRSSBytes = load1(), anonRSS(sched.PID)
 		samples = append(samples, s)
 	}
 	report, err := Summarize(samples, duration/6, duration/6)
@@ -155,6 +155,16 @@ func load1() float64 {
 		return 0
 	}
 	return l
+}
+
+// anonRSS is the process's resident anonymous memory (RssAnon in /proc/PID/status),
+// 0 where it cannot be read.
+func anonRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	return parseRssAnon(string(b))
 }
 
 func mustDuration(t *testing.T, name string, def time.Duration) time.Duration {
