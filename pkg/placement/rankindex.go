@@ -32,6 +32,10 @@ type rankIndex struct {
 	special []int // cordoned or tainted nodes, checked per pod
 	broken  bool  // a NaN rank was seen
 	used    uint64
+	// wantGeneration and wantNodes are the workload and node count last asked for
+	// while the index was out of date: a rebuild waits for a second ask.
+	wantGeneration uint64
+	wantNodes      int
 }
 
 type rankEntry struct {
@@ -64,19 +68,16 @@ const maxRankIndexes = 4
 
 // indexedBest returns what the linear scan of PlacePod would: the best node's
 // index and GPU choice, -1 when none fits. ok is false when the caller must scan:
-// a pod with node affinity, device choices or inter-pod constraints in play; a
-// shape seen for the first time (a Placer made for one gang, as PlaceGang's
-// best-fit retry is, would build an index it never uses again); a NaN rank.
+// a pod with node affinity, device choices or inter-pod constraints in play; an
+// index out of date with the workload or the node count, until the same are asked
+// for twice (a Placer made for one gang, as PlaceGang's best-fit retry is, or a mix
+// that changes with every pod would build indexes never used again); a NaN rank.
 func (p *Placer) indexedBest(v *View, q *podQuery, cs *constraintState) (best, gpu int, ok bool) {
 	if p.ranks.scanOnly || cs != nil || q.chosen != nil || q.terms.affinity != nil {
 		return -1, -1, false
 	}
 	x := p.rankIndexFor(q.key)
-	if x == nil {
-		return -1, -1, false
-	}
-	x.sync(p, v, q)
-	if x.broken {
+	if !x.sync(p, v, q) || x.broken {
 		return -1, -1, false
 	}
 	best, gpu = -1, -1
@@ -100,8 +101,9 @@ func (p *Placer) indexedBest(v *View, q *podQuery, cs *constraintState) (best, g
 	return best, gpu, true
 }
 
-// rankIndexFor returns the index of key, or nil the first time key is asked for,
-// when it makes one (dropping the least recently used beyond maxRankIndexes).
+// rankIndexFor returns the index of key, making an empty one when there is none
+// (dropping the least recently used beyond maxRankIndexes); sync builds it on a
+// later ask.
 func (p *Placer) rankIndexFor(key shapeKey) *rankIndex {
 	r := &p.ranks
 	r.use++
@@ -114,7 +116,7 @@ func (p *Placer) rankIndexFor(key shapeKey) *rankIndex {
 	x := &rankIndex{key: key, used: r.use}
 	if len(r.list) < maxRankIndexes {
 		r.list = append(r.list, x)
-		return nil
+		return x
 	}
 	oldest := 0
 	for i, y := range r.list {
@@ -123,14 +125,20 @@ func (p *Placer) rankIndexFor(key shapeKey) *rankIndex {
 		}
 	}
 	r.list[oldest] = x
-	return nil
+	return x
 }
 
-// sync brings the index up to date with v's nodes: from scratch when the workload
-// (and so every rank) changed or the node list did, else the nodes whose pointer
-// differs from the last sync.
-func (x *rankIndex) sync(p *Placer, v *View, q *podQuery) {
+// sync brings the index up to date with v's nodes: the nodes whose pointer differs
+// from the last sync; from scratch when the workload (and so every rank) changed
+// or the node list did. A rebuild costs more than one scan, so it waits until the
+// same workload and node count are asked for twice (a mix that changes with every
+// pod keeps the scan); sync reports false when the caller must scan.
+func (x *rankIndex) sync(p *Placer, v *View, q *podQuery) bool {
 	if x.tree == nil || x.generation != p.generation || len(x.seen) != len(v.nodes) {
+		if x.wantGeneration != p.generation || x.wantNodes != len(v.nodes) {
+			x.wantGeneration, x.wantNodes, x.tree = p.generation, len(v.nodes), nil
+			return false
+		}
 		x.generation, x.broken, x.special = p.generation, false, x.special[:0]
 		x.seen = make([]*model.Node, len(v.nodes))
 		x.ranked = make([]rankEntry, len(v.nodes))
@@ -172,6 +180,7 @@ func (x *rankIndex) sync(p *Placer, v *View, q *podQuery) {
 			}
 		}
 	}
+	return true
 }
 
 // isSpecial: whether a pod of an indexed shape fits depends on the pod, not only
