@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -113,5 +114,44 @@ func TestChartMPSCapability(t *testing.T) {
 	}
 	if added, _, _ := caps("nodeAgent.mps=true", "nodeAgent.securityContext.capabilities.add={NET_RAW,SYS_ADMIN}"); !slices.Equal(added, []corev1.Capability{"NET_RAW", "SYS_ADMIN"}) {
 		t.Errorf("mps with the user's capabilities: %v, want NET_RAW and SYS_ADMIN once", added)
+	}
+}
+
+// nodeAgent.mps is what turns memory shares from bookkeeping into MPS limits: by
+// default the agent gets no --mps and no MPS directory, so shares are prepared "not
+// enforced" (docs/node-agent.md); with nodeAgent.mps=true it gets --mps, --mps-root
+// and the host directory there (nodeAgent.mpsRoot), mounted read-write.
+func TestChartMPSFlagAndDirectory(t *testing.T) {
+	mps := func(set ...string) (flags []string, hostPath, mountPath string, readOnly bool) {
+		var ds appsv1.DaemonSet
+		into(t, find(t, render(t, set...), "DaemonSet", "gantry-node-agent"), &ds)
+		c := ds.Spec.Template.Spec.Containers[0]
+		for _, a := range c.Args {
+			if a == "--mps" || strings.HasPrefix(a, "--mps-root") || strings.HasPrefix(a, "--mps=") {
+				flags = append(flags, a)
+			}
+		}
+		for _, v := range ds.Spec.Template.Spec.Volumes {
+			if v.Name == "mps" && v.HostPath != nil {
+				hostPath = v.HostPath.Path
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == "mps" {
+				mountPath, readOnly = m.MountPath, m.ReadOnly
+			}
+		}
+		return flags, hostPath, mountPath, readOnly
+	}
+	if flags, host, mount, _ := mps(); len(flags) != 0 || host != "" || mount != "" {
+		t.Errorf("default: MPS flags %v, host directory %q, mount %q; want none (shares not enforced)", flags, host, mount)
+	}
+	if flags, host, mount, ro := mps("nodeAgent.mps=true"); !slices.Equal(flags, []string{"--mps", "--mps-root=/run/gantry/mps"}) ||
+		host != "/run/gantry/mps" || mount != "/run/gantry/mps" || ro {
+		t.Errorf("mps: flags %v, host directory %q, mount %q (read-only %v); want --mps --mps-root=/run/gantry/mps, /run/gantry/mps mounted read-write", flags, host, mount, ro)
+	}
+	if flags, host, mount, _ := mps("nodeAgent.mps=true", "nodeAgent.mpsRoot=/var/run/mps"); !slices.Equal(flags, []string{"--mps", "--mps-root=/var/run/mps"}) ||
+		host != "/var/run/mps" || mount != "/var/run/mps" {
+		t.Errorf("mps with mpsRoot: flags %v, host directory %q, mount %q; want /var/run/mps throughout", flags, host, mount)
 	}
 }
