@@ -87,6 +87,8 @@ type Placer struct {
 
 	// domains caches topology domain indexes for constraint checks.
 	domains domainCache
+	// ranks index the nodes by rank for plain pods (rankindex.go).
+	ranks rankIndexes
 
 	// scratch buffers, reused across nodes
 	cands []candidate
@@ -218,7 +220,11 @@ func (p *Placer) PlacePod(v *View, pod *model.Pod) (Placement, *Unschedulable) {
 	best, bestGPU := -1, -1
 	var bestRank rank
 	cands := p.cands[:0]
-	for i, n := range v.nodes {
+	nodes := v.nodes
+	if b, g, ok := p.indexedBest(v, q, cs); ok {
+		best, bestGPU, nodes = b, g, nil // the scan below has nothing left to do
+	}
+	for i, n := range nodes {
 		c := p.cacheFor(i, n)
 		if (n.Unschedulable || q.terms.affinity != nil || len(n.Taints) > 0 || q.chosen != nil) && q.terms.staticMisfit(n) != fits {
 			continue

@@ -3,9 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // A backlog of 100,000 pods is created with many workers at once; an API server on a
@@ -21,10 +23,15 @@ var (
 	retryAttempts = 10
 )
 
-// transient says whether an API error is worth another try.
+// transient says whether an API error is worth another try: the API server's
+// timeouts and overload answers, and a connection or HTTP/2 stream that broke under
+// load (drain-100k once failed at pod 45,973 on "stream error: ... INTERNAL_ERROR;
+// received from peer").
 func transient(err error) bool {
 	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err)
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) ||
+		utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err) ||
+		strings.Contains(err.Error(), "stream error:")
 }
 
 // create runs f until it succeeds, fails for good, or retryAttempts tries were

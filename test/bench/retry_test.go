@@ -24,7 +24,8 @@ func fastRetries(t *testing.T) {
 
 // A pod creation answered with a timeout (the quota admission's "resource quota
 // evaluation timed out" on a loaded API server) is tried again; one whose first try
-// reached etcd, found there on the next, counts as created.
+// reached etcd, found there on the next, counts as created. A broken HTTP/2 stream
+// is tried again too.
 func TestCreatePodsRetriesTimeouts(t *testing.T) {
 	fastRetries(t)
 	client := fake.NewClientset()
@@ -41,6 +42,9 @@ func TestCreatePodsRetriesTimeouts(t *testing.T) {
 				t.Error(err)
 			}
 			return true, nil, apierrors.NewServerTimeout(schema.GroupResource{Resource: "pods"}, "create", 1)
+		case name == "pod-00002" && calls[name] == 1:
+			// the HTTP/2 stream broke under load (drain-100k, pod 45,973)
+			return true, nil, errors.New(`Post "https://127.0.0.1:44221/api/v1/namespaces/bench/pods": stream error: stream ID 111987; INTERNAL_ERROR; received from peer`)
 		}
 		return false, nil, nil
 	})
@@ -52,8 +56,8 @@ func TestCreatePodsRetriesTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pods.Items) != 3 || calls["pod-00000"] != 3 || calls["pod-00001"] != 2 {
-		t.Fatalf("%d pods created after %v calls; want 3, pod-00000 tried 3 times and pod-00001 twice", len(pods.Items), calls)
+	if len(pods.Items) != 3 || calls["pod-00000"] != 3 || calls["pod-00001"] != 2 || calls["pod-00002"] != 2 {
+		t.Fatalf("%d pods created after %v calls; want 3, pod-00000 tried 3 times, pod-00001 and pod-00002 twice", len(pods.Items), calls)
 	}
 }
 

@@ -34,7 +34,7 @@ func main() {
 		binDir    = flag.String("bin", "", "directory of kube-apiserver, etcd, kube-scheduler… (default: $GANTRY_BIN_DIR or bin/)")
 		gantry    = flag.String("gantry-scheduler", "", "gantry-scheduler binary (default: BIN/gantry-scheduler)")
 		runTO     = flag.Duration("run-timeout", 5*time.Minute, "longest one scheduler may take to bind a scenario's pods")
-		stallTO   = flag.Duration("stall-timeout", time.Minute, "give a run up when no pod was bound for this long")
+		stallTO   = flag.Duration("stall-timeout", time.Minute, "give a run up when no pod was bound for this long (for gantry-scheduler counted from its readiness: informers synced)")
 		timeout   = flag.Duration("timeout", 60*time.Minute, "bound on the whole benchmark")
 		jsonOut   = flag.String("json", "", "write the results as JSON to this file")
 		workDir   = flag.String("workdir", "", "folder for the schedulers' logs (default: a new temporary folder)")
