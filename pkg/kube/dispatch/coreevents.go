@@ -2,8 +2,10 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +26,10 @@ import (
 const (
 	CoreEventWorkers     = 8
 	CoreEventWorkerQueue = 256
+	// coreEventTries and coreEventRetryWait are client-go's broadcaster's: a write
+	// the API server could not take is tried 12 times, 10 s apart.
+	coreEventTries     = 12
+	coreEventRetryWait = 10 * time.Second
 )
 
 // CoreEventCache is how many objects client-go's core Event correlator remembers in
@@ -68,8 +74,9 @@ func newCoreBroadcaster(ctx context.Context, clk clock.PassiveClock) record.Even
 // keeps the returned Event, which carries the name client-go gave it: Patches need
 // nothing else.
 type parallelSink struct {
-	inner  record.EventSink
-	queues []chan sinkWrite
+	inner     record.EventSink
+	queues    []chan sinkWrite
+	retryWait time.Duration
 }
 
 type sinkWrite struct {
@@ -78,7 +85,7 @@ type sinkWrite struct {
 }
 
 func newParallelSink(ctx context.Context, inner record.EventSink, workers int) *parallelSink {
-	s := &parallelSink{inner: inner, queues: make([]chan sinkWrite, workers)}
+	s := &parallelSink{inner: inner, queues: make([]chan sinkWrite, workers), retryWait: coreEventRetryWait}
 	for i := range s.queues {
 		s.queues[i] = make(chan sinkWrite, CoreEventWorkerQueue)
 		go s.work(ctx, s.queues[i])
@@ -117,17 +124,52 @@ func (s *parallelSink) work(ctx context.Context, q chan sinkWrite) {
 		case <-ctx.Done():
 			return
 		case w := <-q:
-			var err error
-			if w.patch != nil {
-				_, err = s.inner.Patch(w.event, w.patch)
-			}
-			if w.patch == nil || apierrors.IsNotFound(err) {
-				w.event.ResourceVersion = ""
-				_, err = s.inner.Create(w.event)
-			}
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				klog.V(2).InfoS("Event not written", "object", klog.KRef(w.event.InvolvedObject.Namespace, w.event.InvolvedObject.Name), "reason", w.event.Reason, "err", err)
-			}
+			s.writeRetrying(ctx, w)
 		}
 	}
+}
+
+// writeRetrying writes w, and again after retryWait while the API server did not
+// take it for want of time or availability (no answer, 429, 5xx), up to
+// coreEventTries times, as client-go's broadcaster does: an Event is not lost to an
+// API server restart. The worker's later Events wait meanwhile.
+func (s *parallelSink) writeRetrying(ctx context.Context, w sinkWrite) {
+	for try := 1; ; try++ {
+		err := s.write(w)
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return
+		}
+		if !retryable(err) || try == coreEventTries {
+			klog.V(2).InfoS("Event not written", "object", klog.KRef(w.event.InvolvedObject.Namespace, w.event.InvolvedObject.Name), "reason", w.event.Reason, "tries", try, "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.retryWait):
+		}
+	}
+}
+
+func (s *parallelSink) write(w sinkWrite) error {
+	var err error
+	if w.patch != nil {
+		_, err = s.inner.Patch(w.event, w.patch)
+	}
+	if w.patch == nil || apierrors.IsNotFound(err) {
+		w.event.ResourceVersion = "" // enqueue copied it
+		_, err = s.inner.Create(w.event)
+	}
+	return err
+}
+
+// retryable: the API server did not answer, or answered that it could not take the
+// write now.
+func retryable(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err)
 }

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -154,6 +155,57 @@ func TestCoreEventsAreWrittenInParallel(t *testing.T) {
 		inner.release <- struct{}{}
 	}
 	if want := []string{"create a.1", "patch a.1", "create a.1"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("writes %v, want %v", got, want)
+	}
+}
+
+// flakySink answers each write with the next of errs (nil when they run out).
+type flakySink struct {
+	arrived chan string
+	errs    []error
+}
+
+func (s *flakySink) write(op string, e *corev1.Event) (*corev1.Event, error) {
+	var err error
+	if len(s.errs) > 0 {
+		err, s.errs = s.errs[0], s.errs[1:]
+	}
+	s.arrived <- fmt.Sprintf("%s %s %v", op, e.Name, err != nil)
+	return e, err
+}
+func (s *flakySink) Create(e *corev1.Event) (*corev1.Event, error) { return s.write("create", e) }
+func (s *flakySink) Update(e *corev1.Event) (*corev1.Event, error) { return s.write("update", e) }
+func (s *flakySink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) {
+	return s.write("patch", e)
+}
+
+// A write the API server could not take (no answer, 429, 503) is tried again; one it
+// refused (invalid) is not: an Event survives an API server restart, a bad one is
+// not retried forever.
+func TestCoreEventWriteIsRetriedWhileTheAPIServerCannotTakeIt(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inner := &flakySink{arrived: make(chan string, 16), errs: []error{
+		errors.New("connection refused"), apierrors.NewTooManyRequests("slow down", 1),
+		apierrors.NewServiceUnavailable("restarting"), nil,
+		apierrors.NewBadRequest("invalid"),
+	}}
+	s := newParallelSink(ctx, inner, 1)
+	s.retryWait = time.Millisecond
+	_, _ = s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "a.1"}})
+	_, _ = s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "b.1"}})
+	_, _ = s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "c.1"}})
+	var got []string
+	for len(got) < 6 {
+		select {
+		case op := <-inner.arrived:
+			got = append(got, op)
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("writes %v, then none", got)
+		}
+	}
+	want := []string{"create a.1 true", "create a.1 true", "create a.1 true", "create a.1 false", "create b.1 true", "create c.1 false"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("writes %v, want %v", got, want)
 	}
 }
