@@ -273,7 +273,7 @@ func readFile(t *testing.T, p string) string {
 func TestRunDirect(t *testing.T) {
 	img, root := selfImage(t)
 	var out, log bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	mode, err := Run(ctx, img, root, nil, "direct", &out, &out, &log)
 	if mode != Direct || err == nil || !strings.Contains(err.Error(), "exit status 3") {
@@ -290,7 +290,7 @@ func TestRunChrootAsTheImagesUser(t *testing.T) {
 	}
 	img, root := selfImage(t)
 	var out, log bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	mode, err := Run(ctx, img, root, []string{"a", "b"}, "auto", &out, &out, &log)
 	if mode == Direct {
