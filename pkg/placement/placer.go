@@ -311,6 +311,9 @@ func (p *Placer) PlaceGang(v *View, pods []*model.Pod) ([]Placement, *Unschedula
 			closest = a
 		}
 	}
+	if placements, ok := p.placeInOneDomain(v, pods, order); ok {
+		return placements, nil
+	}
 	return nil, gangUnschedulable(pods, closest)
 }
 
