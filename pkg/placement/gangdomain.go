@@ -56,11 +56,16 @@ func gangDomains(v *View, key string) []string {
 	return domains[:min(len(domains), maxGangDomains)]
 }
 
-// pinned returns copies of pods that may only go to nodes whose label key is value.
-// The copies keep their IDs, so their placements are the originals'.
+// pinned returns copies of pods that may only go to nodes whose label key is value,
+// or nil when a member's own node selector asks for another value. The copies keep
+// their IDs, so their placements are the originals'; their own node selectors and
+// affinity still apply.
 func pinned(pods []*model.Pod, key, value string) []*model.Pod {
 	out := make([]*model.Pod, len(pods))
 	for i, p := range pods {
+		if own, ok := p.NodeSelector[key]; ok && own != value {
+			return nil
+		}
 		c := *p
 		c.NodeSelector = maps.Clone(p.NodeSelector)
 		if c.NodeSelector == nil {
@@ -80,7 +85,11 @@ func (p *Placer) placeInOneDomain(v *View, pods []*model.Pod, order []int) ([]Pl
 		return nil, false
 	}
 	for _, d := range gangDomains(v, key) {
-		if a := p.tryGang(v, pinned(pods, key, d), order); a.failed == nil {
+		members := pinned(pods, key, d)
+		if members == nil {
+			continue
+		}
+		if a := p.tryGang(v, members, order); a.failed == nil {
 			a.fork.Commit()
 			return a.placements, true
 		}

@@ -86,3 +86,25 @@ func TestGangThatNoZoneHoldsIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Pinning a gang to a domain never overrides a member's own node selector for the
+// same key (found by test/oracle, world 170).
+func TestGangDomainKeepsTheMembersOwnSelector(t *testing.T) {
+	s := snapshotOf(
+		zoned(gpuNode("a1", 8, "H100", 80<<30), "a"),
+		zoned(gpuNode("b1", 8, "H100", 80<<30), "b"),
+		zoned(gpuNode("b2", 8, "H100", 80<<30), "b"),
+	)
+	p, err := NewOnline("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := NewView(s)
+	gang := zoneGang(3)
+	for _, m := range gang {
+		m.NodeSelector = map[string]string{corev1.LabelTopologyZone: "a"}
+	}
+	if pls, u := p.PlaceGang(v, gang); u == nil {
+		t.Fatalf("a gang whose members select zone a, which cannot hold it, was placed: %+v", pls)
+	}
+}
