@@ -68,15 +68,7 @@ func TestGangThatMustShareAZoneTriesEachZone(t *testing.T) {
 
 // No zone holds the gang: it is refused, and the view is left as it was.
 func TestGangThatNoZoneHoldsIsRefused(t *testing.T) {
-	s := snapshotOf(
-		zoned(gpuNode("a1", 8, "H100", 80<<30), "a"),
-		zoned(gpuNode("b1", 8, "H100", 80<<30), "b"),
-	)
-	p, err := NewOnline("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := NewView(s)
+	p, v := zonedPlacer(t, "a", "b")
 	if _, u := p.PlaceGang(v, zoneGang(3)); u == nil {
 		t.Fatal("3 x 4 GPUs in one zone of 8 GPUs was placed")
 	}
@@ -90,16 +82,7 @@ func TestGangThatNoZoneHoldsIsRefused(t *testing.T) {
 // Pinning a gang to a domain never overrides a member's own node selector for the
 // same key (found by test/oracle, world 170).
 func TestGangDomainKeepsTheMembersOwnSelector(t *testing.T) {
-	s := snapshotOf(
-		zoned(gpuNode("a1", 8, "H100", 80<<30), "a"),
-		zoned(gpuNode("b1", 8, "H100", 80<<30), "b"),
-		zoned(gpuNode("b2", 8, "H100", 80<<30), "b"),
-	)
-	p, err := NewOnline("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := NewView(s)
+	p, v := zonedPlacer(t, "a", "b", "b")
 	gang := zoneGang(3)
 	for _, m := range gang {
 		m.NodeSelector = map[string]string{corev1.LabelTopologyZone: "a"}
@@ -107,4 +90,21 @@ func TestGangDomainKeepsTheMembersOwnSelector(t *testing.T) {
 	if pls, u := p.PlaceGang(v, gang); u == nil {
 		t.Fatalf("a gang whose members select zone a, which cannot hold it, was placed: %+v", pls)
 	}
+}
+
+// zonedPlacer is the default placer and a view of idle 8-GPU nodes, one per zone
+// given, named after their zone and their number in it (a1, b1, b2).
+func zonedPlacer(t *testing.T, zones ...string) (*Placer, *View) {
+	t.Helper()
+	var nodes []*model.Node
+	seen := map[string]int{}
+	for _, z := range zones {
+		seen[z]++
+		nodes = append(nodes, zoned(gpuNode(fmt.Sprintf("%s%d", z, seen[z]), 8, "H100", 80<<30), z))
+	}
+	p, err := NewOnline("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, NewView(snapshotOf(nodes...))
 }

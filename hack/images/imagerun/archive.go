@@ -101,18 +101,9 @@ func extractArchive(archive, dir string) error {
 		return err
 	}
 	defer r.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
+	return eachEntry(f, func(tr *tar.Reader, h *tar.Header, name string) error {
+		if h.Typeflag != tar.TypeReg {
 			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
-		if h.Typeflag != tar.TypeReg || name == "" {
-			continue
 		}
 		if d := path.Dir(name); d != "." {
 			if err := r.MkdirAll(d, 0o755); err != nil {
@@ -127,8 +118,26 @@ func extractArchive(archive, dir string) error {
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
+		return err
+	})
+}
+
+// eachEntry calls fn for every entry of the tar stream in, with its name relative to
+// the archive's root ("../x" and "/x" become "x"); the root itself is skipped.
+func eachEntry(in io.Reader, fn func(tr *tar.Reader, h *tar.Header, name string) error) error {
+	tr := tar.NewReader(in)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
 		if err != nil {
 			return err
+		}
+		if name := strings.TrimPrefix(path.Clean("/"+h.Name), "/"); name != "" {
+			if err := fn(tr, h, name); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -223,20 +232,8 @@ func applyLayer(r *os.Root, layer string) error {
 	if err != nil {
 		return err
 	}
-	tr := tar.NewReader(lr)
 	asRoot := os.Geteuid() == 0
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
-		if name == "" {
-			continue
-		}
+	return eachEntry(lr, func(tr *tar.Reader, h *tar.Header, name string) error {
 		dir, base := path.Split(name)
 		dir = strings.TrimSuffix(dir, "/")
 		if dir != "" {
@@ -245,26 +242,19 @@ func applyLayer(r *os.Root, layer string) error {
 			}
 		}
 		if base == ".wh..wh..opq" {
-			if err := emptyDir(r, dir); err != nil {
-				return err
-			}
-			continue
+			return emptyDir(r, dir)
 		}
 		if strings.HasPrefix(base, ".wh.") {
-			if err := r.RemoveAll(path.Join(dir, strings.TrimPrefix(base, ".wh."))); err != nil {
-				return err
-			}
-			continue
+			return r.RemoveAll(path.Join(dir, strings.TrimPrefix(base, ".wh.")))
 		}
 		if err := applyEntry(r, tr, h, name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if asRoot && h.Typeflag != tar.TypeLink {
-			if err := r.Lchown(name, h.Uid, h.Gid); err != nil {
-				return err
-			}
+			return r.Lchown(name, h.Uid, h.Gid)
 		}
-	}
+		return nil
+	})
 }
 
 func applyEntry(r *os.Root, tr *tar.Reader, h *tar.Header, name string) error {
