@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand"
 	"slices"
@@ -99,12 +100,7 @@ func TestChargesKeptAsShares(t *testing.T) {
 	}
 	next := 1000
 	for step := 0; step < 2000; step++ {
-		ids := make([]model.GangID, 0, len(snap.Gangs))
-		for id := range snap.Gangs {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		id := ids[r.Intn(len(ids))]
+		id := randomGang(r, snap)
 		g := *snap.Gangs[id]
 		switch r.Intn(6) {
 		case 0:
@@ -134,7 +130,7 @@ func TestChargesKeptAsShares(t *testing.T) {
 				snap.AddNode(randomNode(r, i))
 			}
 			o.RefreshNode(snap, fmt.Sprintf("n%d", i))
-			for _, gid := range ids { // the gangs bound there: every gang, simply
+			for _, gid := range slices.Sorted(maps.Keys(snap.Gangs)) { // the gangs bound there: every gang, simply
 				o.Refresh(snap, gid)
 			}
 		default:

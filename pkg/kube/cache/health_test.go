@@ -40,18 +40,25 @@ func wholeGang(t *testing.T) (*Cache, *scheduler.Scheduler, time.Time) {
 	return c, s, t0
 }
 
+// loseW2 deletes w2 with its node b at t and checks that w1, left below the gang's
+// minimum, is not evicted within the 10-second grace and is evicted once after it.
+func loseW2(t *testing.T, c *Cache, s *scheduler.Scheduler, at time.Time) {
+	t.Helper()
+	c.DeleteNode("b")
+	c.DeletePod("ns", "w2")
+	if d := commitAt(c, s, at.Add(5*time.Second)); len(d.Evictions) != 0 {
+		t.Fatalf("evicted within the grace: %+v", d.Evictions)
+	}
+	d := commitAt(c, s, at.Add(11*time.Second))
+	if len(d.Evictions) != 1 || d.Evictions[0].Pod.ID != "ns/w1" || d.Evictions[0].Kind != KindBelowMinimum {
+		t.Fatalf("evictions after losing w2 = %+v, want w1 (gang below minimum)", d.Evictions)
+	}
+}
+
 func TestAGangBelowItsMinimumIsEvictedAfterTheGrace(t *testing.T) {
 	c, s, t0 := wholeGang(t)
 	// w2 goes with its node; nothing can take its place (b is gone).
-	c.DeleteNode("b")
-	c.DeletePod("ns", "w2")
-	if d := commitAt(c, s, t0.Add(5*time.Second)); len(d.Evictions) != 0 {
-		t.Fatalf("evicted within the grace: %+v", d.Evictions)
-	}
-	d := commitAt(c, s, t0.Add(11*time.Second))
-	if len(d.Evictions) != 1 || d.Evictions[0].Pod.ID != "ns/w1" || d.Evictions[0].Kind != KindBelowMinimum {
-		t.Fatalf("evictions after the grace = %+v, want w1 (gang below minimum)", d.Evictions)
-	}
+	loseW2(t, c, s, t0)
 	if d := commitAt(c, s, t0.Add(20*time.Second)); len(d.Evictions) != 0 {
 		t.Fatalf("evicted twice: %+v", d.Evictions)
 	}
@@ -101,13 +108,5 @@ func TestAGangWhoseMinimumWasRaisedIsNotEvicted(t *testing.T) {
 	// Now it loses a member it ran whole with: below what it had, it is partial.
 	t1 := t0.Add(2 * time.Minute)
 	c.clock = func() time.Time { return t1 }
-	c.DeleteNode("b")
-	c.DeletePod("ns", "w2")
-	if d := commitAt(c, s, t1.Add(5*time.Second)); len(d.Evictions) != 0 {
-		t.Fatalf("evicted within the grace: %+v", d.Evictions)
-	}
-	d := commitAt(c, s, t1.Add(11*time.Second))
-	if len(d.Evictions) != 1 || d.Evictions[0].Pod.ID != "ns/w1" || d.Evictions[0].Kind != KindBelowMinimum {
-		t.Fatalf("evictions after losing a member = %+v, want w1 (gang below minimum)", d.Evictions)
-	}
+	loseW2(t, c, s, t1)
 }
