@@ -44,7 +44,7 @@ type Cache struct {
 	podErrors map[model.PodID]string
 	// gangOf and gangPods index gang membership of pods this scheduler serves.
 	gangOf   map[model.PodID]model.GangID
-	gangPods map[model.GangID]map[model.PodID]struct{}
+	gangPods map[model.GangID]podSet
 	// priorities are PriorityClass values and preemptibility by name.
 	priorities map[string]priorityClass
 	// changed is signalled (without blocking) when something a cycle reads changes.
@@ -123,7 +123,7 @@ func New(schedulers []string, lookup gang.Lookup, defaultQueue string) *Cache {
 		assumed:     map[model.PodID]bool{},
 		podErrors:   map[model.PodID]string{},
 		gangOf:      map[model.PodID]model.GangID{},
-		gangPods:    map[model.GangID]map[model.PodID]struct{}{},
+		gangPods:    map[model.GangID]podSet{},
 		priorities:  map[string]priorityClass{},
 		changed:     make(chan struct{}, 1),
 		live:        map[string]map[string]LiveGPU{},
@@ -159,7 +159,7 @@ func newIndexedSnapshot() *model.Snapshot {
 // pods. Caller holds mu.
 func (c *Cache) refreshPending(g model.GangID) {
 	c.order.Refresh(c.snap, g)
-	for id := range c.gangPods[g] {
+	for id := range c.gangPods[g].all() {
 		if p := c.snap.Pods[id]; p != nil && !p.Bound() {
 			c.snap.PendingGangs[g] = struct{}{}
 			return
@@ -503,7 +503,7 @@ func (c *Cache) View(f func(*model.Snapshot)) {
 func (c *Cache) MemberCounts(id model.GangID) (pending, running, succeeded, failed int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for pid := range c.gangPods[id] {
+	for pid := range c.gangPods[id].all() {
 		p := c.apiPods[pid]
 		switch {
 		case p == nil:

@@ -76,15 +76,15 @@ func (c *Cache) regroup(id model.GangID) {
 	defer c.checkHealth(id)
 	defer c.refreshPending(id)
 	members := c.gangPods[id]
-	if len(members) == 0 {
+	if members.len() == 0 {
 		delete(c.gangVersion, id)
 	}
-	if len(members) == 0 {
+	if members.len() == 0 {
 		delete(c.snap.Gangs, id)
 		return
 	}
-	pods := make([]*corev1.Pod, 0, len(members))
-	for pid := range members {
+	pods := make([]*corev1.Pod, 0, members.len())
+	for pid := range members.all() {
 		if p := c.apiPods[pid]; p != nil {
 			pods = append(pods, p)
 		}

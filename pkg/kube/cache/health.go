@@ -101,7 +101,7 @@ func (c *Cache) partial(g *model.Gang) bool {
 // assumed) and not terminating, and succeeded. 0 when none is bound. Caller holds mu.
 func (c *Cache) running(g *model.Gang) int {
 	bound := 0
-	for id := range c.gangPods[g.ID] {
+	for id := range c.gangPods[g.ID].all() {
 		if p := c.snap.Pods[id]; p != nil && p.Bound() && !p.Terminating {
 			bound++
 		}
@@ -128,7 +128,7 @@ func (c *Cache) commitHealth(d *Decisions, now time.Time) {
 		delete(c.health.partialSince, id)
 		bound := 0
 		var victims []*model.Pod
-		for pid := range c.gangPods[id] {
+		for pid := range c.gangPods[id].all() {
 			if p := c.snap.Pods[pid]; p != nil && p.Bound() && !p.Terminating {
 				bound++
 				victims = append(victims, p)
@@ -149,7 +149,7 @@ func (c *Cache) commitHealth(d *Decisions, now time.Time) {
 		c.health.reported[id] = true
 		pg := PendingGang{Pending: scheduler.Pending{Gang: id, Kind: scheduler.PendingIncomplete,
 			Reason: fmt.Sprintf("gang %s has been incomplete for more than %s: %s", id, c.timeouts.Incomplete, g.Missing)}}
-		for pid := range c.gangPods[id] {
+		for pid := range c.gangPods[id].all() {
 			if p := c.snap.Pods[pid]; p != nil {
 				pg.Pods = append(pg.Pods, p)
 				pg.Pending.Pods = append(pg.Pending.Pods, pid)

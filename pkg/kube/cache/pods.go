@@ -141,9 +141,12 @@ func (c *Cache) setGang(id model.PodID, g model.GangID) {
 		if cur == g {
 			return
 		}
-		delete(c.gangPods[cur], id)
-		if len(c.gangPods[cur]) == 0 {
+		members := c.gangPods[cur]
+		members.remove(id)
+		if members.len() == 0 {
 			delete(c.gangPods, cur)
+		} else {
+			c.gangPods[cur] = members
 		}
 		delete(c.gangOf, id)
 	}
@@ -151,10 +154,9 @@ func (c *Cache) setGang(id model.PodID, g model.GangID) {
 		return
 	}
 	c.gangOf[id] = g
-	if c.gangPods[g] == nil {
-		c.gangPods[g] = map[model.PodID]struct{}{}
-	}
-	c.gangPods[g][id] = struct{}{}
+	members := c.gangPods[g]
+	members.add(id)
+	c.gangPods[g] = members
 }
 
 // book counts a bound pod on its node (copy-on-write). Caller holds mu.
