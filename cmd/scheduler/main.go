@@ -61,6 +61,7 @@ func main() {
 	// certwatcher logs through controller-runtime's logger; route it to klog.
 	ctrllog.SetLogger(klog.NewKlogr())
 	flag.Parse()
+	klog.Info(setMemoryLimit(cgroupRoot, os.LookupEnv))
 	if len(schedulerNames) == 0 {
 		schedulerNames = names{"gantry-scheduler"}
 	}
