@@ -402,6 +402,18 @@ func TestChartValues(t *testing.T) {
 		}
 	})
 
+	t.Run("extraEnv reaches the scheduler", func(t *testing.T) {
+		// GOMEMLIMIT overrides the soft memory limit the scheduler derives from its
+		// container's memory limit (cmd/scheduler/memlimit.go).
+		var d appsv1.Deployment
+		into(t, find(t, render(t, "scheduler.extraEnv[0].name=GOMEMLIMIT", "scheduler.extraEnv[0].value=1500MiB"), "Deployment", "gantry-scheduler"), &d)
+		env := d.Spec.Template.Spec.Containers[0].Env
+		if !slices.Contains(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: "1500MiB"}) ||
+			!slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == bootstrap.EnvDefaultQueue }) {
+			t.Errorf("scheduler env %v: want GOMEMLIMIT=1500MiB beside the chart's own", env)
+		}
+	})
+
 	t.Run("scheduler names", func(t *testing.T) {
 		var d appsv1.Deployment
 		into(t, find(t, render(t, "scheduler.serveKaiSchedulerPods=true"), "Deployment", "gantry-scheduler"), &d)
