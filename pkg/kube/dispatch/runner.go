@@ -130,6 +130,9 @@ type Runner struct {
 	queuedPods int
 	more       bool
 	ready      chan struct{}
+	// rt reads the Go runtime's metrics around a cycle for its log line
+	// (cyclestats.go); only the cycle loop uses it.
+	rt *runtimeSampler
 }
 
 // New wires a runner.
@@ -154,6 +157,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		budget:       firstBudget,
 		minBudget:    minBudget,
 		ready:        make(chan struct{}, 1),
+		rt:           newRuntimeSampler(),
 	}
 }
 
@@ -205,6 +209,10 @@ func (r *Runner) publishMix() {
 
 // Cycle runs one scheduling cycle and starts carrying out its plan.
 func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
+	logged := klog.V(CycleLogLevel).Enabled()
+	if logged {
+		r.rt.start()
+	}
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
 	budget := r.cycleBudget()
@@ -217,12 +225,15 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	d := r.cache.Commit(prep.Plan, start)
 	took := time.Since(start)
 	r.metrics.ObserveCycle(took)
+	r.metrics.ObserveCyclePhases(prep.LockWait+d.LockWait, prep.Ready, prep.Schedule, d.Held)
 	if r.opts.Cycled != nil {
 		r.opts.Cycled(time.Now())
 	}
 	r.publishMix()
 	r.resize(prep.Plan, took)
-	logCycle(took, inFlight, budget, prep.Plan.Deferred, d)
+	if logged {
+		logCycle(cycleReport{took: took, inFlight: inFlight, budget: budget, prep: prep, d: d, rt: r.rt.stop()})
+	}
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).
 	for _, p := range prep.Plan.Preemptions {
@@ -277,20 +288,40 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 // CycleLogLevel is the verbosity of the one line each cycle logs ("Cycle", with its
 // time in microseconds, the pods and gangs it sent to bind, the gangs left pending,
 // the binds in flight when it started, its budget of pods and the gangs it left for
-// the next cycle): test/bench reads it for cycle-time
-// percentiles, pods per cycle, and whether the bind pipeline runs dry between cycles.
+// the next cycle, then where its time went: cycleReport): test/bench reads it for
+// cycle-time percentiles, pods per cycle, and whether the bind pipeline runs dry
+// between cycles.
 const CycleLogLevel = 4
 
-func logCycle(took time.Duration, inFlight int64, budget, deferred int, d *cache.Decisions) {
-	if !klog.V(CycleLogLevel).Enabled() {
-		return
-	}
+// cycleReport is what one Cycle line says.
+type cycleReport struct {
+	took     time.Duration
+	inFlight int64
+	budget   int
+	prep     cache.Prepared
+	d        *cache.Decisions
+	rt       runtimeStats
+}
+
+// logCycle writes a cycle's line. Besides what it placed: lockWait (Prepare's and
+// Commit's waits for the cache's lock), ready (the snapshot readied), schedule (the
+// core), commit (Commit under the lock), all in microseconds; and what the Go
+// runtime did meanwhile: GC cycles ended, GC pauses and the longest, mark-assist and
+// all GC CPU, the longest wait of a runnable goroutine, the live heap and the
+// goroutines.
+func logCycle(c cycleReport) {
 	pods := 0
-	for _, b := range d.Batches {
+	for _, b := range c.d.Batches {
 		pods += len(b.Reqs)
 	}
-	klog.V(CycleLogLevel).InfoS("Cycle", "micros", took.Microseconds(), "pods", pods, "gangs", len(d.Batches),
-		"pending", len(d.Pending), "inFlight", inFlight, "budget", budget, "deferred", deferred)
+	us := func(d time.Duration) int64 { return d.Microseconds() }
+	klog.V(CycleLogLevel).InfoS("Cycle", "micros", us(c.took), "pods", pods, "gangs", len(c.d.Batches),
+		"pending", len(c.d.Pending), "inFlight", c.inFlight, "budget", c.budget, "deferred", c.prep.Plan.Deferred,
+		"lockWaitMicros", us(c.prep.LockWait+c.d.LockWait), "readyMicros", us(c.prep.Ready),
+		"scheduleMicros", us(c.prep.Schedule), "commitMicros", us(c.d.Held),
+		"gcs", c.rt.GCs, "gcPauses", c.rt.Pauses, "gcPauseMaxMicros", us(c.rt.PauseMax),
+		"assistMicros", us(c.rt.AssistCPU), "gcCPUMicros", us(c.rt.GCCPU),
+		"schedWaitMaxMicros", us(c.rt.SchedWaitMax), "heapLiveMB", c.rt.HeapLive>>20, "goroutines", c.rt.Goroutines)
 }
 
 // Pending returns why a gang was left pending by the last cycle, if it was.
