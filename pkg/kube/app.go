@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/bootstrap"
@@ -82,12 +83,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	m := metrics.New(reg, kinds)
 
-	recorder, stopCoreEvents, err := dispatch.StartCoreEvents(ctx, o.RestConfig, o.SchedulerNames[0])
-	if err != nil {
-		return err
-	}
-	defer stopCoreEvents()
-
 	if err := ensureDefaultQueue(ctx, o, dyn); err != nil {
 		return err
 	}
@@ -101,7 +96,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := inf.Start(ctx); err != nil {
 		return err
 	}
-	scheduled, stopEvents, err := startScheduledEvents(ctx, o, lookup, m)
+	recorder, scheduled, stopEvents, err := startEvents(ctx, o, lookup, m)
 	if err != nil {
 		return err
 	}
@@ -148,16 +143,19 @@ func ensureDefaultQueue(ctx context.Context, o Options, dyn dynamic.Interface) e
 	return nil
 }
 
-// startScheduledEvents starts the writer of Scheduled Events: kube-scheduler's
-// pipeline (an events.k8s.io broadcaster over a rate-limited client of its own)
-// behind a bounded queue (dispatch.Events). stop shuts the broadcaster down.
-func startScheduledEvents(ctx context.Context, o Options, lookup gang.Lookup, m *metrics.Metrics) (*dispatch.Events, func(), error) {
+// startEvents starts the writer of all the scheduler's Events: kube-scheduler's
+// pipeline (an events.k8s.io broadcaster over a rate-limited client of its own).
+// Its recorder takes the pending reasons' and preemptions' Events straight; the
+// Scheduled Events go behind a bounded queue (dispatch.Events). stop shuts the
+// broadcaster down.
+func startEvents(ctx context.Context, o Options, lookup gang.Lookup, m *metrics.Metrics) (events.EventRecorder, *dispatch.Events, func(), error) {
 	eb, err := dispatch.NewEventBroadcaster(ctx, o.RestConfig)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	eb.StartRecordingToSink(ctx.Done())
-	e := dispatch.NewEvents(eb.NewRecorder(o.SchedulerNames[0]), lookup, m.EventDropped)
+	recorder := eb.NewRecorder(o.SchedulerNames[0])
+	e := dispatch.NewEvents(recorder, lookup, m.EventDropped)
 	go e.Run(ctx)
-	return e, eb.Shutdown, nil
+	return recorder, e, eb.Shutdown, nil
 }

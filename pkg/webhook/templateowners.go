@@ -163,10 +163,15 @@ func (o *templateOwners) sync(ctx context.Context, key string) error {
 		err = nil // the pod's claim exists: it needs no template
 	case apierrors.IsNotFound(err):
 		err = o.recreate(ctx, &pod, name, owner)
-	case err == nil && !ownedBy(cur.GetOwnerReferences(), pod.UID):
+	case err == nil && !ownedBy(cur.GetOwnerReferences(), pod.UID) && len(cur.GetOwnerReferences()) < maxTemplateOwners:
 		// A strategic merge patch merges ownerReferences by uid: it adds this one.
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{owner}}})
 		_, err = templates.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	case err == nil && !ownedBy(cur.GetOwnerReferences(), pod.UID):
+		// Full: the owners that still matter and this pod, written against the
+		// version read (a conflict retries through the queue).
+		cur.SetOwnerReferences(o.prune(pod.Namespace, cur.GetOwnerReferences(), owner))
+		_, err = templates.Update(ctx, cur, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return err
@@ -175,6 +180,45 @@ func (o *templateOwners) sync(ctx context.Context, key string) error {
 	o.done[pod.UID] = true
 	o.mu.Unlock()
 	return nil
+}
+
+// maxTemplateOwners bounds a template's ownerReferences. Recording every pod of a
+// shape made a template grow with its live pods, rewritten whole on each new one:
+// about 10,000 pods of one shape in a namespace would have reached the API server's
+// object size limit, and a drain of them wrote O(pods²) bytes to etcd. Only two
+// kinds of owner matter: pods whose claim is not generated yet (they still need the
+// template) and the newest pod (it keeps the template for the pods to come). Once a
+// template has this many owners, each new owner prunes the others to those.
+const maxTemplateOwners = 16
+
+// prune is refs without the pods that no longer need the template (gone, or their
+// claim generated), plus owner; at most maxTemplateOwners, the newest kept.
+func (o *templateOwners) prune(ns string, refs []metav1.OwnerReference, owner metav1.OwnerReference) []metav1.OwnerReference {
+	var others, pods []metav1.OwnerReference
+	for _, r := range refs {
+		if r.Kind != "Pod" || r.APIVersion != "v1" {
+			others = append(others, r) // not ours to prune
+			continue
+		}
+		if pod, ok := o.pod(ns, r.Name); ok && pod.UID == r.UID && !claimGenerated(pod) {
+			pods = append(pods, r)
+		}
+	}
+	pods = append(pods, owner)
+	return append(others, pods[max(0, len(pods)-maxTemplateOwners):]...)
+}
+
+// pod is the labelled pod ns/name from the informer's store.
+func (o *templateOwners) pod(ns, name string) (*corev1.Pod, bool) {
+	obj, exists, err := o.store.GetByKey(ns + "/" + name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	var pod corev1.Pod
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, &pod); err != nil {
+		return nil, false
+	}
+	return &pod, true
 }
 
 // recreate creates the template a pod still needs, owned by the pod, under the name

@@ -154,7 +154,11 @@ func draShareWithVLLM(t *testing.T, selector bool) {
 		warnings = warnings[:0]
 		for _, e := range evs.Items {
 			if e.Reason == names.EventGPUShareConflict && e.Type == corev1.EventTypeWarning {
-				warnings = append(warnings, fmt.Sprintf("%s (x%d)", e.Message, max(e.Count, 1)))
+				n := max(e.Count, 1) // an events.k8s.io Event counts its repeats in its series
+				if e.Series != nil {
+					n = max(n, e.Series.Count)
+				}
+				warnings = append(warnings, fmt.Sprintf("%s (x%d)", e.Message, n))
 			}
 		}
 		return len(warnings) > 0

@@ -41,6 +41,9 @@ type Sample struct {
 	// count in RSS as they are first touched and the kernel may drop and fault them
 	// again, which is not the scheduler's memory growing.
 	AnonRSSBytes float64 `json:"anonRssBytes"`
+	// FileRSSBytes is the RSS of file pages (RssFile; 0 when unknown): the executable's
+	// pages touched so far, so that RSS growth can be told apart into the two.
+	FileRSSBytes float64 `json:"fileRssBytes"`
 	// Load1 is the test machine's 1-minute load average when the sample was taken
 	// (set by the caller; 0 when unknown), to read the cycle p99 against.
 	Load1 float64 `json:"load1"`
@@ -171,6 +174,8 @@ type Report struct {
 	// alive, and its RSS without the executable's pages.
 	LiveHeap Growth `json:"liveHeap"`
 	AnonRSS  Growth `json:"anonRss"`
+	// FileRSS is the same fit for Sample.FileRSSBytes: the executable's pages.
+	FileRSS Growth `json:"fileRss"`
 	// LoadFirst and LoadLast are the mean 1-minute load averages over the p99's
 	// first and last windows (0 when not sampled).
 	LoadFirst, LoadLast float64
@@ -224,6 +229,7 @@ func Summarize(samples []Sample, warmUp, window time.Duration) (Report, error) {
 	r.RSSStartMiB, r.RSSSlopeMiBPerMin, r.RSSGrowthPct = rss.StartMiB, rss.SlopeMiBPerMin, rss.Pct
 	r.LiveHeap = growth(steady, func(s Sample) float64 { return s.LiveHeapBytes })
 	r.AnonRSS = growth(steady, func(s Sample) float64 { return s.AnonRSSBytes })
+	r.FileRSS = growth(steady, func(s Sample) float64 { return s.FileRSSBytes })
 	r.GoroutineSlopePerMin, _ = Slope(steady, func(s Sample) float64 { return s.Goroutines })
 	r.GoroutinesStart, r.GoroutinesEnd = steady[0].Goroutines, steady[len(steady)-1].Goroutines
 	first, last := steady[0], steady[len(steady)-1]
@@ -285,16 +291,21 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "  anonymous RSS (RSS less the executable's pages): %.1f MiB at the start of the steady part, slope %+.3f MiB/min, growth %+.2f%%\n",
 			r.AnonRSS.StartMiB, r.AnonRSS.SlopeMiBPerMin, r.AnonRSS.Pct)
 	}
+	if r.FileRSS.StartMiB > 0 {
+		fmt.Fprintf(&b, "  file RSS (the executable's pages): %.1f MiB at the start of the steady part, slope %+.3f MiB/min, growth %+.2f%%\n",
+			r.FileRSS.StartMiB, r.FileRSS.SlopeMiBPerMin, r.FileRSS.Pct)
+	}
 	fmt.Fprintf(&b, "  cycle p99 (bucket bound): first %s %.4gs over %d cycles (load %.1f), last %s %.4gs over %d cycles (load %.1f) (goal: the same)\n",
 		r.Window, r.CycleP99FirstSeconds, r.CyclesFirst, r.LoadFirst, r.Window, r.CycleP99LastSeconds, r.CyclesLast, r.LoadLast)
 	fmt.Fprintf(&b, "  invariant violations: %d (goal 0)", r.Violations)
 	return b.String()
 }
 
-// parseRssAnon reads the "RssAnon:" line of a /proc/PID/status (in kB) as bytes.
-func parseRssAnon(status string) float64 {
+// parseRSS reads a line of a /proc/PID/status such as "RssAnon:" or "RssFile:" (in
+// kB) as bytes; 0 when it is missing.
+func parseRSS(status, field string) float64 {
 	for _, line := range strings.Split(status, "\n") {
-		if rest, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			var kb float64
 			if _, err := fmt.Sscan(rest, &kb); err == nil {
 				return kb * 1024

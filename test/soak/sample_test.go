@@ -113,10 +113,14 @@ func TestLiveHeapAndAnonRSS(t *testing.T) {
 	if s.LiveHeapBytes != 20<<20 {
 		t.Errorf("live heap %v, want 20 MiB (60 MiB target at GOGC=200)", s.LiveHeapBytes)
 	}
-	if got := parseRssAnon("VmRSS:\t  111840 kB\nRssAnon:\t   42344 kB\nRssFile:\t   69496 kB\n"); got != 42344*1024 {
+	status := "VmRSS:\t  111840 kB\nRssAnon:\t   42344 kB\nRssFile:\t   69496 kB\n"
+	if got := parseRSS(status, "RssAnon:"); got != 42344*1024 {
 		t.Errorf("RssAnon %v, want %v", got, 42344*1024)
 	}
-	if got := parseRssAnon("VmRSS: 1 kB\n"); got != 0 {
+	if got := parseRSS(status, "RssFile:"); got != 69496*1024 {
+		t.Errorf("RssFile %v, want %v", got, 69496*1024)
+	}
+	if got := parseRSS("VmRSS: 1 kB\n", "RssAnon:"); got != 0 {
 		t.Errorf("no RssAnon line read as %v", got)
 	}
 	// RSS that steps up with the executable's pages while the live heap and the
@@ -126,14 +130,15 @@ func TestLiveHeapAndAnonRSS(t *testing.T) {
 	for i := 0; i <= 30; i++ {
 		at := start.Add(time.Duration(i) * time.Minute)
 		cycles := map[float64]uint64{0.001: uint64(100 * i), math.Inf(1): uint64(100 * i)}
-		flat = append(flat, Sample{At: at, RSSBytes: float64(100<<20 + i*(1<<20)), LiveHeapBytes: 20 << 20, AnonRSSBytes: 50 << 20, Goroutines: 100, Cycle: cycles})
+		flat = append(flat, Sample{At: at, RSSBytes: float64(100<<20 + i*(1<<20)), LiveHeapBytes: 20 << 20, AnonRSSBytes: 50 << 20, FileRSSBytes: float64(50<<20 + i*(1<<20)), Goroutines: 100, Cycle: cycles})
 		leak = append(leak, Sample{At: at, RSSBytes: 100 << 20, LiveHeapBytes: float64(20<<20 + i*(1<<19)), AnonRSSBytes: float64(50<<20 + i*(1<<20)), Goroutines: 100, Cycle: cycles})
 	}
 	f, err := Summarize(flat, 5*time.Minute, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.RSSGrowthPct < 20 || f.LiveHeap.StartMiB != 20 || math.Abs(f.LiveHeap.Pct) > 1e-9 || math.Abs(f.AnonRSS.Pct) > 1e-9 {
+	if f.RSSGrowthPct < 20 || f.LiveHeap.StartMiB != 20 || math.Abs(f.LiveHeap.Pct) > 1e-9 || math.Abs(f.AnonRSS.Pct) > 1e-9 ||
+		math.Abs(f.FileRSS.SlopeMiBPerMin-1) > 1e-9 || !strings.Contains(f.String(), "file RSS (the executable's pages): 55.0 MiB") {
 		t.Errorf("flat live heap and anonymous RSS under growing RSS: %s", f)
 	}
 	l, err := Summarize(leak, 5*time.Minute, 5*time.Minute)

@@ -110,14 +110,16 @@ func TestSoak(t *testing.T) {
 				t.Errorf("sample: %v", err)
 				continue
 			}
-			s.Load1, s.AnonRSSBytes = load1(), anonRSS(sched.PID)
+			s.Load1 = load1()
+			s.AnonRSSBytes, s.FileRSSBytes = procRSS(sched.PID)
 			samples = append(samples, s)
 		}
 	}
 	tick.Stop()
 	wg.Wait()
 	if s, err := scrape(sched.MetricsAddr); err == nil {
-		s.Load1, s.AnonRSSBytes = load1(), anonRSS(sched.PID)
+		s.Load1 = load1()
+		s.AnonRSSBytes, s.FileRSSBytes = procRSS(sched.PID)
 		samples = append(samples, s)
 	}
 	report, err := Summarize(samples, duration/6, duration/6)
@@ -157,14 +159,14 @@ func load1() float64 {
 	return l
 }
 
-// anonRSS is the process's resident anonymous memory (RssAnon in /proc/PID/status),
-// 0 where it cannot be read.
-func anonRSS(pid int) float64 {
+// procRSS is the process's resident anonymous memory and file pages (RssAnon and
+// RssFile in /proc/PID/status), 0 where they cannot be read.
+func procRSS(pid int) (anon, file float64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	return parseRssAnon(string(b))
+	return parseRSS(string(b), "RssAnon:"), parseRSS(string(b), "RssFile:")
 }
 
 func mustDuration(t *testing.T, name string, def time.Duration) time.Duration {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
@@ -52,7 +52,7 @@ func backlog(t *testing.T, n int) (*cache.Cache, *scheduler.Scheduler) {
 func TestBacklogIsPlacedOverBoundedCycles(t *testing.T) {
 	c, s := backlog(t, 40)
 	api := &fakeAPI{bind: func(string, int) error { return nil }}
-	r := New(c, s, nil, record.NewFakeRecorder(1000), nil, Options{BindWorkers: 4})
+	r := New(c, s, nil, events.NewFakeRecorder(1000), nil, Options{BindWorkers: 4})
 	r.binder = newFake(t, api)
 	r.budget, r.minBudget = 8, 8
 	r.opts.CycleTarget = time.Nanosecond // the budget stays on its floor of 8
@@ -86,7 +86,7 @@ func TestBacklogIsPlacedOverBoundedCycles(t *testing.T) {
 // The budget moves halfway to the size that would have taken CycleTarget, only after
 // a cycle that spent it, whatever the backlog left.
 func TestBudgetFollowsTheTimePerPod(t *testing.T) {
-	r := New(cache.New([]string{"gantry"}, &gang.StaticLookup{}, ""), nil, nil, record.NewFakeRecorder(1), nil, Options{CycleTarget: 40 * time.Millisecond})
+	r := New(cache.New([]string{"gantry"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(1), nil, Options{CycleTarget: 40 * time.Millisecond})
 	r.budget, r.minBudget = 1000, 10
 	plan := func(pods, deferred int) *scheduler.Plan {
 		p := &scheduler.Plan{Deferred: deferred}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -15,9 +15,9 @@ import (
 // TestShareConflictWarnedOnce: a pod whose share and engine contradict gets one
 // Warning Event, not one per cycle that nominates it again.
 func TestShareConflictWarnedOnce(t *testing.T) {
-	rec := record.NewFakeRecorder(10)
+	rec := events.NewFakeRecorder(10)
 	// No workers: the queued Events stay in the queue, to be counted.
-	r := &Runner{recorder: rec, status: newStatusWriter(fake.NewSimpleClientset(), rec, 0), warned: map[string]bool{}}
+	r := &Runner{status: newStatusWriter(fake.NewSimpleClientset(), rec, 0), warned: map[string]bool{}}
 	pod := &model.Pod{ID: "ns/llm-worker", UID: "uid-1"}
 	conflict := []cache.ShareConflict{{Pod: pod, Message: "the pod asks for a share of 20 GiB, but ..."}}
 	for i := 0; i < 3; i++ {

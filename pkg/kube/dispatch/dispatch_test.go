@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -244,7 +244,7 @@ func evictionClient(refuse string) (*fake.Clientset, *[]string) {
 
 func TestEvictorKeepsAVictimItsPDBProtects(t *testing.T) {
 	client, evicted := evictionClient("v2")
-	e := newEvictor(client, record.NewFakeRecorder(10), 100, 100)
+	e := newEvictor(client, events.NewFakeRecorder(10), 100, 100)
 	done, kept, err := e.evictFor(context.Background(), victims("v1", "v2"), func() bool { return true })
 	if err == nil || len(kept) != 1 || kept[0].Pod.ID != "ns/v2" || len(done) != 1 || len(*evicted) != 1 {
 		t.Fatalf("evicted %v, kept %v, err %v: want v1 evicted, v2 kept with the PDB's refusal", *evicted, kept, err)
@@ -253,7 +253,7 @@ func TestEvictorKeepsAVictimItsPDBProtects(t *testing.T) {
 
 func TestEvictionsForOnePreemptorAreAllOrNone(t *testing.T) {
 	client, evicted := evictionClient("")
-	e := newEvictor(client, record.NewFakeRecorder(10), 100, 100)
+	e := newEvictor(client, events.NewFakeRecorder(10), 100, 100)
 	// The limiter allows only one of three: none is issued.
 	e.limiter = &countingLimiter{allow: 1}
 	_, kept, err := e.evictFor(context.Background(), victims("v1", "v2", "v3"), func() bool { return true })
@@ -270,7 +270,7 @@ func TestEvictionsForOnePreemptorAreAllOrNone(t *testing.T) {
 
 func TestEvictionsNoLongerNeededAreCancelled(t *testing.T) {
 	client, evicted := evictionClient("")
-	e := newEvictor(client, record.NewFakeRecorder(10), 100, 100)
+	e := newEvictor(client, events.NewFakeRecorder(10), 100, 100)
 	_, kept, err := e.evictFor(context.Background(), victims("v1", "v2"), func() bool { return false })
 	if !errors.Is(err, errNotNeeded) || len(kept) != 2 || len(*evicted) != 0 {
 		t.Fatalf("evicted %v, kept %d, err %v: want both cancelled", *evicted, len(kept), err)

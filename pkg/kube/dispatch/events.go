@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,11 +48,58 @@ const (
 	ActionBinding   = "Binding"
 )
 
+// The actions of the scheduler's other Events (events.k8s.io requires one): why a
+// pod waits (FailedScheduling, GangIncomplete, GPUShareConflict) is "Scheduling" and
+// a preemption victim's Event "Preempting", as kube-scheduler writes them; a gang
+// below its minimum is "Evicting".
+const (
+	ActionScheduling = "Scheduling"
+	ActionPreempting = "Preempting"
+	ActionEvicting   = "Evicting"
+)
+
+// NoteLimit is the most bytes of an events.k8s.io Event's note the API server
+// accepts (its validation's NoteLengthLimit); a longer note is cut (truncateNote).
+const NoteLimit = 1024
+
+// truncateNote cuts a note to NoteLimit bytes, ending " ..." (kube-scheduler's
+// truncateMessage), on a rune boundary: the API server refuses a longer note, and
+// client-go drops a refused Event. The pod's condition keeps the whole message.
+func truncateNote(note string) string {
+	if len(note) <= NoteLimit {
+		return note
+	}
+	const suffix = " ..."
+	cut := NoteLimit - len(suffix)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + suffix
+}
+
 // NewEventBroadcaster is kube-scheduler's Event pipeline (cmd/kube-scheduler
-// options.Config): an events.k8s.io broadcaster (client-go tools/events, which
-// folds repeats into series and drops rather than queues without bound) over a
-// client of its own at EventQPS and EventBurst. The caller starts it
-// (StartRecordingToSink) and shuts it down.
+// options.Config): an events.k8s.io broadcaster (client-go tools/events) over a
+// client of its own at EventQPS and EventBurst, for all the scheduler's Events. The
+// caller starts it (StartRecordingToSink) and shuts it down.
+//
+// How it writes (client-go v0.37 event_broadcaster.go): each Event is written in a
+// goroutine of its own, waiting for the client's rate limiter, so that one slow
+// write does not hold the others back. Events alike in type, reason, action,
+// reporter and object (not note) fold into a series: the first is created; the
+// second at once patches series.count to 2, keeping the first one's note; later
+// ones only count in memory, written when the series ends (6 minutes without a
+// repeat) or every 30 minutes. So a pod preempted twice reaches the API as one
+// Event with series.count 2 as soon as the second happens (test/invariant's
+// double-eviction check reads it so), and a pod's latest pending message is on its
+// PodScheduled condition, the Event's note being its first. Each Event is
+// remembered for 6 to 12 minutes (a map, per object and reason), then forgotten.
+//
+// The scheduler's core/v1 Events went through client-go's tools/record broadcaster
+// before: one write per round trip, in order, and FailedScheduling reached the API
+// a median 85 s late in the soak (docs/reliability.md, soak5 and soak6). Its
+// correlator's LRU caches (4,096 objects each, per object, outliving it) also took
+// 25 minutes of pod churn to fill and grew the heap as long: per-object state kept
+// by an Event pipeline must be bounded by time or count, as this one's is by time.
 func NewEventBroadcaster(ctx context.Context, cfg *rest.Config) (events.EventBroadcasterAdapter, error) {
 	ec := rest.CopyConfig(cfg)
 	ec.QPS, ec.Burst = EventQPS, EventBurst

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 )
 
 // The eviction is the first call for a victim, and a victim its PodDisruptionBudget
@@ -13,7 +13,7 @@ import (
 // first and held each eviction back by one round trip (issue 19).
 func TestEvictionGoesBeforeTheVictimIsMarked(t *testing.T) {
 	client, _ := evictionClient("kept")
-	e := newEvictor(client, record.NewFakeRecorder(10), 100, 100)
+	e := newEvictor(client, events.NewFakeRecorder(10), 100, 100)
 	_, _, err := e.evictFor(context.Background(), victims("gone", "kept"), func() bool { return true })
 	if err == nil {
 		t.Fatal("the PDB's refusal of kept was not reported")

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
@@ -27,7 +27,7 @@ import (
 // restarted scheduler sees terminating victims in the cache and does not evict anew.
 type evictor struct {
 	client   kubernetes.Interface
-	recorder record.EventRecorder
+	recorder events.EventRecorder
 	limiter  flowcontrol.RateLimiter
 	// turn makes the preemptors take their tokens one group after another: waiting
 	// token by token side by side, every group of a burst finished waiting at the
@@ -38,7 +38,7 @@ type evictor struct {
 	inFlight map[model.PodID]bool
 }
 
-func newEvictor(client kubernetes.Interface, recorder record.EventRecorder, qps float32, burst int) *evictor {
+func newEvictor(client kubernetes.Interface, recorder events.EventRecorder, qps float32, burst int) *evictor {
 	return &evictor{
 		client:   client,
 		recorder: recorder,
@@ -134,11 +134,12 @@ func (e *evictor) evict(ctx context.Context, v cache.Victim) error {
 	if err := patchPodCondition(ctx, e.client, ns, name, cond); err != nil && !apierrors.IsNotFound(err) {
 		klog.ErrorS(err, "Mark preemption victim", "pod", victim.ID)
 	}
-	ref := &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name, UID: types.UID(victim.UID), APIVersion: "v1"}
-	eventType, reason := corev1.EventTypeNormal, names.EventPreempted
+	eventType, reason, action := corev1.EventTypeNormal, names.EventPreempted, ActionPreempting
 	if v.Kind == cache.KindBelowMinimum {
-		eventType, reason = corev1.EventTypeWarning, names.EventGangBelowMinimum
+		eventType, reason, action = corev1.EventTypeWarning, names.EventGangBelowMinimum, ActionEvicting
 	}
-	e.recorder.Event(ref, eventType, reason, message)
+	// Straight to the recorder (statusWriter says why); a second eviction of the
+	// pod patches its Event's series.count to 2 at once (NewEventBroadcaster).
+	e.recorder.Eventf(podRef(victim), nil, eventType, reason, action, "%s", truncateNote(message))
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -21,7 +21,7 @@ import (
 // pendingRunner is a Runner with only what explainPending uses; its status writer has
 // no workers, so drain runs the queued writes in the test's goroutine.
 func pendingRunner(client *fake.Clientset) (*Runner, func()) {
-	s := newStatusWriter(client, record.NewFakeRecorder(100), 0)
+	s := newStatusWriter(client, events.NewFakeRecorder(100), 0)
 	r := &Runner{client: client, status: s, lastReason: map[model.GangID]reasonKey{}}
 	return r, s.drain
 }
@@ -99,7 +99,7 @@ func TestNewMemberOfPendingGangGetsTheReason(t *testing.T) {
 // A pod's writes land in the order they were made, with every worker running: the
 // last reason written is the last one the cycles gave.
 func TestStatusWritesOfOnePodStayInOrder(t *testing.T) {
-	rec := record.NewFakeRecorder(1000)
+	rec := events.NewFakeRecorder(1000)
 	s := newStatusWriter(fake.NewSimpleClientset(), rec, 8)
 	p := &model.Pod{ID: "ns/p", UID: "u"}
 	for i := 0; i < 1000; i++ {
@@ -127,7 +127,7 @@ func TestANewerReasonReplacesAQueuedOne(t *testing.T) {
 		patches++
 		return false, nil, nil
 	})
-	s := newStatusWriter(client, record.NewFakeRecorder(10000), 0)
+	s := newStatusWriter(client, events.NewFakeRecorder(10000), 0)
 	for cycle := 0; cycle < 100; cycle++ {
 		for i := 0; i < 10; i++ {
 			s.pending(context.Background(), &model.Pod{ID: model.PodID(fmt.Sprint("ns/p-", i))}, corev1.PodReasonUnschedulable, "FailedScheduling", fmt.Sprintf("at most %d fit", cycle), nil)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
@@ -22,7 +22,7 @@ func TestBindsQueueInPlanOrder(t *testing.T) {
 		<-release
 		return nil
 	}}
-	r := New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, record.NewFakeRecorder(10), nil, Options{BindWorkers: 1})
+	r := New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(10), nil, Options{BindWorkers: 1})
 	r.binder = newFake(t, api)
 	// newFake's binder has 8 slots: leave one, so that binds go one at a time.
 	if err := r.binder.slots.Acquire(context.Background(), 7); err != nil {

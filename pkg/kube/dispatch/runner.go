@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/kube/cache"
@@ -88,15 +88,14 @@ func (o *Options) defaults() {
 // Runner runs scheduling cycles over the cache and carries out the plans: binds,
 // evictions, nominations and pending reasons.
 type Runner struct {
-	cache    *cache.Cache
-	sched    *scheduler.Scheduler
-	client   kubernetes.Interface
-	recorder record.EventRecorder
-	binder   *binder
-	evictor  *evictor
-	status   *statusWriter
-	metrics  *metrics.Metrics
-	opts     Options
+	cache   *cache.Cache
+	sched   *scheduler.Scheduler
+	client  kubernetes.Interface
+	binder  *binder
+	evictor *evictor
+	status  *statusWriter
+	metrics *metrics.Metrics
+	opts    Options
 
 	mu         sync.Mutex
 	nominated  map[model.PodID]nomination
@@ -136,13 +135,12 @@ type Runner struct {
 }
 
 // New wires a runner.
-func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface, recorder record.EventRecorder, m *metrics.Metrics, opts Options) *Runner {
+func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface, recorder events.EventRecorder, m *metrics.Metrics, opts Options) *Runner {
 	opts.defaults()
 	return &Runner{
 		cache:        c,
 		sched:        sched,
 		client:       client,
-		recorder:     recorder,
 		binder:       newBinder(client, opts.BindWorkers),
 		evictor:      newEvictor(client, recorder, opts.EvictionQPS, opts.EvictionBurst),
 		status:       newStatusWriter(client, recorder, 8),

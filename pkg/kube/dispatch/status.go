@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -28,9 +28,16 @@ import (
 // lanes ran minutes behind the cycles, and a new pod's first reason waited behind
 // them; the invariant checker saw such pods without a reason for more than 2 minutes
 // (LostPod). A pod now waits at most for one write of each pod ahead of it in its lane.
+//
+// Its Events go straight to the recorder (the events.k8s.io broadcaster), not
+// through the Scheduled Events' queue (Events), which slows to EventBusyQPS while
+// binds run: a pod's reason and a victim's Preempted matter most exactly then
+// (users, the invariant checker), and they need no pacing of their own, as each
+// follows a write already paced (the pod's condition patch, on the scheduler's
+// client) or is written once per pod (GangIncomplete, GPUShareConflict).
 type statusWriter struct {
 	client   kubernetes.Interface
-	recorder record.EventRecorder
+	recorder events.EventRecorder
 	lanes    []*lane
 }
 
@@ -58,7 +65,7 @@ type podWrites struct {
 
 // newStatusWriter starts workers lanes, each with its worker; with 0 there is one
 // lane and no worker (tests call drain).
-func newStatusWriter(client kubernetes.Interface, recorder record.EventRecorder, workers int) *statusWriter {
+func newStatusWriter(client kubernetes.Interface, recorder events.EventRecorder, workers int) *statusWriter {
 	s := &statusWriter{client: client, recorder: recorder}
 	for i := 0; i < max(workers, 1); i++ {
 		s.lanes = append(s.lanes, &lane{writes: map[model.PodID]*podWrites{}, wake: make(chan struct{}, 1)})
@@ -170,15 +177,27 @@ func (s *statusWriter) pending(ctx context.Context, p *model.Pod, reason, eventR
 		}
 		return patchPodCondition(ctx, s.client, ns, name, c)
 	}
-	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(p.UID)}
-	s.lane(p.ID).add(p.ID, cond, failed, func() { s.recorder.Event(ref, corev1.EventTypeWarning, eventReason, message) })
+	ref := podRef(p)
+	note := truncateNote(message)
+	s.lane(p.ID).add(p.ID, cond, failed, func() {
+		s.recorder.Eventf(ref, nil, corev1.EventTypeWarning, eventReason, ActionScheduling, "%s", note)
+	})
 }
 
-// event records an Event on a pod off the cycle's path.
+// event records an Event (action ActionScheduling) on a pod off the cycle's path.
 func (s *statusWriter) event(p *model.Pod, eventType, reason, message string) {
+	ref := podRef(p)
+	note := truncateNote(message)
+	s.lane(p.ID).add(p.ID, nil, nil, func() {
+		s.recorder.Eventf(ref, nil, eventType, reason, ActionScheduling, "%s", note)
+	})
+}
+
+// podRef is the reference an Event on p names: the pod by name and UID, so that an
+// Event on an earlier pod of the same name is not folded into this one's.
+func podRef(p *model.Pod) *corev1.ObjectReference {
 	ns, name := splitID(p.ID)
-	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(p.UID)}
-	s.lane(p.ID).add(p.ID, nil, nil, func() { s.recorder.Event(ref, eventType, reason, message) })
+	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(p.UID)}
 }
 
 // patchPodCondition sets one condition on a pod's status (strategic merge by type).

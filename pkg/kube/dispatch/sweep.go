@@ -42,6 +42,36 @@ func (r *Runner) sweepSometimes() {
 	r.cycles++
 	if r.cycles%sweepEvery == 0 {
 		r.sweep()
+		r.sweepWarned()
+	}
+}
+
+// sweepWarned forgets the share-conflict warnings (warned, by pod UID, or ID for a
+// pod without one) of pods the cache no longer has. A pod is forgotten when it is
+// bound; one deleted before it bound (a Ray worker scaled away while pending) was
+// kept for good.
+func (r *Runner) sweepWarned() {
+	r.mu.Lock()
+	n := len(r.warned)
+	r.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	known := map[string]bool{}
+	r.cache.View(func(s *model.Snapshot) {
+		for id, p := range s.Pods {
+			known[string(id)] = true
+			if p.UID != "" {
+				known[p.UID] = true
+			}
+		}
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.warned {
+		if !known[key] {
+			delete(r.warned, key)
+		}
 	}
 }
 

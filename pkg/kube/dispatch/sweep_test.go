@@ -18,7 +18,8 @@ func TestSweepForgetsGangsThatNoLongerWait(t *testing.T) {
 	c := cache.New([]string{"gantry"}, &gang.StaticLookup{}, "")
 	c.UpsertPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "waits", UID: "u1"}, Spec: corev1.PodSpec{SchedulerName: "gantry"}})
 	r := &Runner{cache: c, lastReason: map[model.GangID]reasonKey{}, pending: map[model.GangID]scheduler.Pending{},
-		bindFailures: map[model.GangID]int{}, nominated: map[model.PodID]nomination{}}
+		bindFailures: map[model.GangID]int{}, nominated: map[model.PodID]nomination{},
+		warned: map[string]bool{"u1": true, "u-gone": true, "ns/gone-1": true}}
 	for _, g := range []model.GangID{"ns/waits", "ns/gone"} {
 		r.lastReason[g] = reasonKey{reason: "no fit"}
 		r.pending[g] = scheduler.Pending{Gang: g}
@@ -39,5 +40,8 @@ func TestSweepForgetsGangsThatNoLongerWait(t *testing.T) {
 	}
 	if _, ok := r.nominated["ns/waits"]; !ok {
 		t.Error("the waiting gang's nomination was forgotten")
+	}
+	if len(r.warned) != 1 || !r.warned["u1"] {
+		t.Errorf("warned %v after the sweep, want only u1 (the pods deleted unbound forgotten)", r.warned)
 	}
 }

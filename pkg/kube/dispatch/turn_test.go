@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 )
 
 // orderLimiter records whose token each Wait handed out (the group named in the
@@ -31,7 +31,7 @@ func (l *orderLimiter) Wait(ctx context.Context) error {
 // first is evicted first instead of every group finishing at the end of the burst.
 func TestEvictionGroupsTakeTokensInTurn(t *testing.T) {
 	client, _ := evictionClient("")
-	e := newEvictor(client, record.NewFakeRecorder(100), 100, 100)
+	e := newEvictor(client, events.NewFakeRecorder(100), 100, 100)
 	l := &orderLimiter{}
 	e.limiter = l
 	var wg sync.WaitGroup
