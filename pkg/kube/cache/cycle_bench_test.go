@@ -35,11 +35,14 @@ func BenchmarkBoundCycle(b *testing.B) {
 		c.UpsertPod(p)
 	}
 	now := time.Unix(2000, 0)
+	var schedule, commit time.Duration
 	run := func() *Decisions {
 		prep := c.PrepareOrdered(context.Background(), now, func(snap *model.Snapshot, order *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan {
 			return s.ScheduleOrdered(snap, order, skip, 256)
 		})
-		return c.Commit(prep.Plan, now)
+		d := c.Commit(prep.Plan, now)
+		schedule, commit = schedule+prep.Schedule, commit+d.Held
+		return d
 	}
 	run()
 	b.Run("idle", func(b *testing.B) {
@@ -48,6 +51,7 @@ func BenchmarkBoundCycle(b *testing.B) {
 	for _, n := range []int{16, 256} {
 		b.Run(fmt.Sprintf("changes=%d", n), func(b *testing.B) {
 			placed := 0
+			schedule, commit = 0, 0
 			measure(b, func() {
 				b.StopTimer()
 				pods := make([]*corev1.Pod, n)
@@ -66,6 +70,8 @@ func BenchmarkBoundCycle(b *testing.B) {
 				b.StartTimer()
 			})
 			b.ReportMetric(float64(placed)/float64(b.N), "pods/op")
+			b.ReportMetric(schedule.Seconds()*1e3/float64(b.N), "schedule-ms/op")
+			b.ReportMetric(commit.Seconds()*1e3/float64(b.N), "commit-ms/op")
 		})
 	}
 	b.Run("shares/from=pods", func(b *testing.B) {
