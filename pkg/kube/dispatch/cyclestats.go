@@ -4,6 +4,10 @@ import (
 	"math"
 	"runtime/metrics"
 	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gantry-dev/gantry/pkg/kube/cache"
 )
 
 // A cycle that takes ten times its neighbours for the same pods is not slow at
@@ -11,6 +15,47 @@ import (
 // pause, mark assists, a run queue of bind goroutines). The Cycle line says which:
 // the cycle's phases (cache.Prepared, cache.Decisions) and what the runtime did
 // between the cycle's start and its end (runtimeSampler), read from runtime/metrics.
+
+// CycleLogLevel is the verbosity of the one line each cycle logs ("Cycle", with its
+// time in microseconds, the pods and gangs it sent to bind, the gangs left pending,
+// the binds in flight when it started, its budget of pods and the gangs it left for
+// the next cycle, then where its time went: cycleReport): test/bench reads it for
+// cycle-time percentiles, pods per cycle, and whether the bind pipeline runs dry
+// between cycles.
+const CycleLogLevel = 4
+
+// cycleReport is what one Cycle line says.
+type cycleReport struct {
+	// took is the cycle's wall time, cpu the CPU its thread used meanwhile.
+	took, cpu time.Duration
+	inFlight  int64
+	budget    int
+	prep      cache.Prepared
+	d         *cache.Decisions
+	rt        runtimeStats
+}
+
+// logCycle writes a cycle's line. Besides what it placed: cpuMicros (the CPU the
+// cycle's thread used, GC assists included; Linux only), lockWait (Prepare's and
+// Commit's waits for the cache's lock), ready (the snapshot readied), schedule (the
+// core), commit (Commit under the lock), all in microseconds; and what the Go
+// runtime did meanwhile: GC cycles ended, GC pauses and the longest, mark-assist and
+// all GC CPU, the longest wait of a runnable goroutine, the live heap and the
+// goroutines.
+func logCycle(c cycleReport) {
+	pods := 0
+	for _, b := range c.d.Batches {
+		pods += len(b.Reqs)
+	}
+	us := func(d time.Duration) int64 { return d.Microseconds() }
+	klog.V(CycleLogLevel).InfoS("Cycle", "micros", us(c.took), "cpuMicros", us(c.cpu), "pods", pods, "gangs", len(c.d.Batches),
+		"pending", len(c.d.Pending), "inFlight", c.inFlight, "budget", c.budget, "deferred", c.prep.Plan.Deferred,
+		"lockWaitMicros", us(c.prep.LockWait+c.d.LockWait), "readyMicros", us(c.prep.Ready),
+		"scheduleMicros", us(c.prep.Schedule), "commitMicros", us(c.d.Held),
+		"gcs", c.rt.GCs, "gcPauses", c.rt.Pauses, "gcPauseMaxMicros", us(c.rt.PauseMax),
+		"assistMicros", us(c.rt.AssistCPU), "gcCPUMicros", us(c.rt.GCCPU),
+		"schedWaitMaxMicros", us(c.rt.SchedWaitMax), "heapLiveMB", c.rt.HeapLive>>20, "goroutines", c.rt.Goroutines)
+}
 
 // Names of the runtime metrics a cycle reads (runtime/metrics docs).
 const (

@@ -11,6 +11,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -208,8 +209,13 @@ func (r *Runner) publishMix() {
 // Cycle runs one scheduling cycle and starts carrying out its plan.
 func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	logged := klog.V(CycleLogLevel).Enabled()
+	var cpu time.Duration
 	if logged {
+		// On one thread from here to the commit, so that the thread's CPU is the
+		// cycle's: its wall time less its CPU is time it waited for a CPU or a lock.
+		runtime.LockOSThread()
 		r.rt.start()
+		cpu = threadCPU()
 	}
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
@@ -222,6 +228,10 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 	d := r.cache.Commit(prep.Plan, start)
 	took := time.Since(start)
+	if logged {
+		cpu = threadCPU() - cpu
+		runtime.UnlockOSThread()
+	}
 	r.metrics.ObserveCycle(took)
 	r.metrics.ObserveCyclePhases(prep.LockWait+d.LockWait, prep.Ready, prep.Schedule, d.Held)
 	if r.opts.Cycled != nil {
@@ -230,7 +240,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	r.publishMix()
 	r.resize(prep.Plan, took)
 	if logged {
-		logCycle(cycleReport{took: took, inFlight: inFlight, budget: budget, prep: prep, d: d, rt: r.rt.stop()})
+		logCycle(cycleReport{took: took, cpu: cpu, inFlight: inFlight, budget: budget, prep: prep, d: d, rt: r.rt.stop()})
 	}
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).
@@ -281,45 +291,6 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		}
 	}
 	return prep.Plan
-}
-
-// CycleLogLevel is the verbosity of the one line each cycle logs ("Cycle", with its
-// time in microseconds, the pods and gangs it sent to bind, the gangs left pending,
-// the binds in flight when it started, its budget of pods and the gangs it left for
-// the next cycle, then where its time went: cycleReport): test/bench reads it for
-// cycle-time percentiles, pods per cycle, and whether the bind pipeline runs dry
-// between cycles.
-const CycleLogLevel = 4
-
-// cycleReport is what one Cycle line says.
-type cycleReport struct {
-	took     time.Duration
-	inFlight int64
-	budget   int
-	prep     cache.Prepared
-	d        *cache.Decisions
-	rt       runtimeStats
-}
-
-// logCycle writes a cycle's line. Besides what it placed: lockWait (Prepare's and
-// Commit's waits for the cache's lock), ready (the snapshot readied), schedule (the
-// core), commit (Commit under the lock), all in microseconds; and what the Go
-// runtime did meanwhile: GC cycles ended, GC pauses and the longest, mark-assist and
-// all GC CPU, the longest wait of a runnable goroutine, the live heap and the
-// goroutines.
-func logCycle(c cycleReport) {
-	pods := 0
-	for _, b := range c.d.Batches {
-		pods += len(b.Reqs)
-	}
-	us := func(d time.Duration) int64 { return d.Microseconds() }
-	klog.V(CycleLogLevel).InfoS("Cycle", "micros", us(c.took), "pods", pods, "gangs", len(c.d.Batches),
-		"pending", len(c.d.Pending), "inFlight", c.inFlight, "budget", c.budget, "deferred", c.prep.Plan.Deferred,
-		"lockWaitMicros", us(c.prep.LockWait+c.d.LockWait), "readyMicros", us(c.prep.Ready),
-		"scheduleMicros", us(c.prep.Schedule), "commitMicros", us(c.d.Held),
-		"gcs", c.rt.GCs, "gcPauses", c.rt.Pauses, "gcPauseMaxMicros", us(c.rt.PauseMax),
-		"assistMicros", us(c.rt.AssistCPU), "gcCPUMicros", us(c.rt.GCCPU),
-		"schedWaitMaxMicros", us(c.rt.SchedWaitMax), "heapLiveMB", c.rt.HeapLive>>20, "goroutines", c.rt.Goroutines)
 }
 
 // Pending returns why a gang was left pending by the last cycle, if it was.
