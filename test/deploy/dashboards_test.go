@@ -44,6 +44,7 @@ var (
 // TestExportedMetricsMatchSource keeps the names equal to those defined under pkg/.
 var exportedMetrics = map[string]metricInfo{
 	"gantry_scheduler_cycle_duration_seconds":           {histogram, nil},
+	"gantry_scheduler_cycle_phase_duration_seconds":     {histogram, []string{"phase"}},
 	"gantry_scheduler_dra_allocator_duration_seconds":   {histogram, nil},
 	"gantry_scheduler_pod_scheduling_duration_seconds":  {histogram, nil},
 	"gantry_scheduler_gang_binding_duration_seconds":    {histogram, nil},

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"github.com/gantry-dev/gantry/pkg/gang"
 	"github.com/gantry-dev/gantry/pkg/kube/dra"
 	"github.com/gantry-dev/gantry/pkg/model"
@@ -496,6 +497,22 @@ func (c *Cache) View(f func(*model.Snapshot)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f(c.snap)
+}
+
+// Shares divides the cluster between the queues as scheduler.Scheduler.Shares does,
+// from the queues' charges the cache's Order keeps (a cycle's own shares), and
+// returns the queues' names. It holds the lock for a walk of the queues, not of
+// every pod: the status reporter's Shares over every pod held it for 100-900 ms
+// every 2 s at 100,000 bound pods, and the cycle that came next waited (issue 21).
+func (c *Cache) Shares() (*fairshare.Shares, []string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	shares, err := c.order.Shares(c.snap)
+	queues := make([]string, 0, len(c.snap.Queues))
+	for n := range c.snap.Queues {
+		queues = append(queues, n)
+	}
+	return shares, queues, err
 }
 
 // MemberCounts counts a gang's pods by phase as the API shows them: bound pods that

@@ -70,6 +70,11 @@ type Prepared struct {
 	// DRA is the time spent in the structured allocator; AskedDRA whether it ran.
 	DRA      time.Duration
 	AskedDRA bool
+	// LockWait is how long Prepare waited for the cache's lock (informer handlers,
+	// bind results and readers hold it between cycles); Ready the time readying the
+	// snapshot under it (expiry, the allocator's device choices, bad pods); Schedule
+	// the core's time (schedule).
+	LockWait, Ready, Schedule time.Duration
 }
 
 // Prepare readies the snapshot for a cycle at now (the structured allocator's device
@@ -86,8 +91,10 @@ func (c *Cache) Prepare(ctx context.Context, now time.Time, schedule Schedule) P
 // PrepareOrdered is Prepare for a cycle that takes the pending gangs from the
 // cache's Order, kept across cycles, rather than sorting them all.
 func (c *Cache) PrepareOrdered(ctx context.Context, now time.Time, schedule Ordered) Prepared {
+	asked := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	locked := time.Now()
 	c.snap.Now = now.Unix()
 	c.expireLive(now)
 	skip := func(g model.GangID) bool {
@@ -97,13 +104,16 @@ func (c *Cache) PrepareOrdered(ctx context.Context, now time.Time, schedule Orde
 		f, ok := c.cycle.failed[g]
 		return ok && f.versions == c.versions(g) && now.Sub(f.at) < retryAfter
 	}
-	var out Prepared
+	out := Prepared{LockWait: locked.Sub(asked)}
 	draStart := time.Now()
 	out.AskedDRA = c.chooseDevices(ctx, skip)
 	out.DRA = time.Since(draStart)
 	c.markBadPods()
+	scheduled := time.Now()
+	out.Ready = scheduled.Sub(locked)
 	out.Plan = schedule(c.snap, c.order, skip)
 	c.order.Settle()
+	out.Schedule = time.Since(scheduled)
 	return out
 }
 
@@ -161,6 +171,9 @@ type Decisions struct {
 	// ShareConflicts are pods bound or nominated in this plan whose GPU share and
 	// engine's start-up need contradict on the GPU they were given, for a warning.
 	ShareConflicts []ShareConflict
+	// LockWait is how long Commit waited for the cache's lock; Held how long it held
+	// it.
+	LockWait, Held time.Duration
 }
 
 // ShareConflict is a pod whose share and gpu_memory_utilization contradict on its
@@ -176,9 +189,14 @@ type ShareConflict struct {
 // The next cycle's snapshot has all of it, before any informer echo. It returns what
 // to carry out.
 func (c *Cache) Commit(plan *scheduler.Plan, now time.Time) *Decisions {
+	asked := time.Now()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	d := &Decisions{Nominations: plan.Nominations, Withdrawn: plan.Withdrawn}
+	locked := time.Now()
+	d := &Decisions{Nominations: plan.Nominations, Withdrawn: plan.Withdrawn, LockWait: locked.Sub(asked)}
+	defer func() {
+		d.Held = time.Since(locked)
+		c.mu.Unlock()
+	}()
 	for _, pd := range plan.Pending {
 		c.cycle.failed[pd.Gang] = failure{versions: c.versions(pd.Gang), at: now}
 	}

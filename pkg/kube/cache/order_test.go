@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gantry-dev/gantry/pkg/fairshare"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 )
@@ -84,4 +85,47 @@ func TestOrderKeptWithTheSnapshot(t *testing.T) {
 	c.UnmarkTerminating("ns/train")
 	commitAt(c, s, time.Unix(3000, 0))
 	checkOrder(t, c, "after the second cycle")
+}
+
+// Cache.Shares, what the status reporter writes to Queue status, is the shares from
+// every pod (Scheduler.Shares) though it reads only the kept charges, and lists every
+// queue.
+func TestSharesFromKeptChargesAreSharesFromEveryPod(t *testing.T) {
+	c, s := gpuCluster(t, 4, "a", "b")
+	c.snap.DefaultQueue = "default"
+	c.SetQueues(map[string]*model.Queue{
+		"default": {Name: "default", Resources: map[model.ResourceName]model.QueueResource{
+			model.ResourceGPU: {Quota: 2, Limit: model.Unlimited, OverQuotaWeight: 1}}},
+		"other": {Name: "other", Resources: map[model.ResourceName]model.QueueResource{
+			model.ResourceGPU: {Quota: 6, Limit: model.Unlimited, OverQuotaWeight: 1}}},
+	})
+	running := gpuPod("running", 2, 10, "a")
+	running.Status.Phase = corev1.PodRunning
+	c.UpsertPod(running)
+	c.UpsertPod(gpuPod("waiting", 3, 10, ""))
+	c.UpsertPod(gpuPod("later", 1, 10, ""))
+	cycle(c, s)
+	shares, queues, err := c.Shares()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh *fairshare.Shares
+	c.View(func(snap *model.Snapshot) { fresh, err = s.Shares(snap) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(queues) != 2 {
+		t.Fatalf("queues %v, want default and other", queues)
+	}
+	for _, q := range queues {
+		for _, r := range []model.ResourceName{model.ResourceGPU, model.ResourceCPU, model.ResourceMemory} {
+			got, want := *shares.Queue(q).Resources[r], *fresh.Queue(q).Resources[r]
+			if got != want {
+				t.Errorf("queue %s, %s: %+v from the kept charges, %+v from every pod", q, r, got, want)
+			}
+		}
+	}
+	if a := shares.Queue("default").Resources[model.ResourceGPU].Allocated; a != 6 {
+		t.Errorf("default queue allocated %v GPUs, want 6 (2 running, 4 bound by the cycle)", a)
+	}
 }

@@ -11,6 +11,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -129,6 +130,9 @@ type Runner struct {
 	queuedPods int
 	more       bool
 	ready      chan struct{}
+	// rt reads the Go runtime's metrics around a cycle for its log line
+	// (cyclestats.go); only the cycle loop uses it.
+	rt *runtimeSampler
 }
 
 // New wires a runner.
@@ -152,6 +156,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		budget:       firstBudget,
 		minBudget:    minBudget,
 		ready:        make(chan struct{}, 1),
+		rt:           newRuntimeSampler(),
 	}
 }
 
@@ -203,6 +208,15 @@ func (r *Runner) publishMix() {
 
 // Cycle runs one scheduling cycle and starts carrying out its plan.
 func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
+	logged := klog.V(CycleLogLevel).Enabled()
+	var cpu time.Duration
+	if logged {
+		// On one thread from here to the commit, so that the thread's CPU is the
+		// cycle's: its wall time less its CPU is time it waited for a CPU or a lock.
+		runtime.LockOSThread()
+		r.rt.start()
+		cpu = threadCPU()
+	}
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
 	budget := r.cycleBudget()
@@ -214,13 +228,20 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 	d := r.cache.Commit(prep.Plan, start)
 	took := time.Since(start)
+	if logged {
+		cpu = threadCPU() - cpu
+		runtime.UnlockOSThread()
+	}
 	r.metrics.ObserveCycle(took)
+	r.metrics.ObserveCyclePhases(prep.LockWait+d.LockWait, prep.Ready, prep.Schedule, d.Held)
 	if r.opts.Cycled != nil {
 		r.opts.Cycled(time.Now())
 	}
 	r.publishMix()
 	r.resize(prep.Plan, took)
-	logCycle(took, inFlight, budget, prep.Plan.Deferred, d)
+	if logged {
+		logCycle(cycleReport{took: took, cpu: cpu, inFlight: inFlight, budget: budget, prep: prep, d: d, rt: r.rt.stop()})
+	}
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).
 	for _, p := range prep.Plan.Preemptions {
@@ -270,25 +291,6 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 		}
 	}
 	return prep.Plan
-}
-
-// CycleLogLevel is the verbosity of the one line each cycle logs ("Cycle", with its
-// time in microseconds, the pods and gangs it sent to bind, the gangs left pending,
-// the binds in flight when it started, its budget of pods and the gangs it left for
-// the next cycle): test/bench reads it for cycle-time
-// percentiles, pods per cycle, and whether the bind pipeline runs dry between cycles.
-const CycleLogLevel = 4
-
-func logCycle(took time.Duration, inFlight int64, budget, deferred int, d *cache.Decisions) {
-	if !klog.V(CycleLogLevel).Enabled() {
-		return
-	}
-	pods := 0
-	for _, b := range d.Batches {
-		pods += len(b.Reqs)
-	}
-	klog.V(CycleLogLevel).InfoS("Cycle", "micros", took.Microseconds(), "pods", pods, "gangs", len(d.Batches),
-		"pending", len(d.Pending), "inFlight", inFlight, "budget", budget, "deferred", deferred)
 }
 
 // Pending returns why a gang was left pending by the last cycle, if it was.

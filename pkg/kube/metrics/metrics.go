@@ -13,6 +13,7 @@ import (
 // Metrics are the scheduler's gantry_scheduler_* series.
 type Metrics struct {
 	cycleSeconds       prometheus.Histogram
+	cyclePhaseSeconds  *prometheus.HistogramVec
 	draSeconds         prometheus.Histogram
 	podBindSeconds     prometheus.Histogram
 	gangBindSeconds    prometheus.Histogram
@@ -41,6 +42,8 @@ func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 	m := &Metrics{
 		cycleSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gantry_scheduler_cycle_duration_seconds", Help: "Time to compute one scheduling cycle's plan.", Buckets: latency}),
+		cyclePhaseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gantry_scheduler_cycle_phase_duration_seconds", Help: "Time of one part of a scheduling cycle: lock_wait (waiting for the cache's lock), ready (readying the snapshot), schedule (the core), commit (recording the plan).", Buckets: latency}, []string{"phase"}),
 		draSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gantry_scheduler_dra_allocator_duration_seconds", Help: "Time a cycle spent asking the structured DRA allocator about claims pkg/placement does not place itself (part of the cycle's time).", Buckets: latency}),
 		podBindSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -92,7 +95,7 @@ func New(reg prometheus.Registerer, pendingKinds []string) *Metrics {
 	for _, k := range pendingKinds {
 		m.pendingByReason.WithLabelValues(k)
 	}
-	reg.MustRegister(m.cycleSeconds, m.draSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
+	reg.MustRegister(m.cycleSeconds, m.cyclePhaseSeconds, m.draSeconds, m.podBindSeconds, m.gangBindSeconds, m.podsScheduled, m.gangsScheduled,
 		m.bindFailures, m.eventsDropped, m.pendingByReason, m.preemptions, m.preemptedGPUMemory,
 		m.preemptionsByKind, m.preemptedGPUs, m.preemptedShared,
 		m.queueFairShare, m.queueAllocated, m.queueLimit, m.queueQuota, m.workloadMix, m.mixArrivals)
@@ -113,6 +116,18 @@ func (m *Metrics) ObserveCycle(d time.Duration) {
 		return
 	}
 	m.cycleSeconds.Observe(d.Seconds())
+}
+
+// ObserveCyclePhases records where one cycle's time went: waiting for the cache's
+// lock, readying the snapshot, the core, and the commit.
+func (m *Metrics) ObserveCyclePhases(lockWait, ready, schedule, commit time.Duration) {
+	if m == nil {
+		return
+	}
+	m.cyclePhaseSeconds.WithLabelValues("lock_wait").Observe(lockWait.Seconds())
+	m.cyclePhaseSeconds.WithLabelValues("ready").Observe(ready.Seconds())
+	m.cyclePhaseSeconds.WithLabelValues("schedule").Observe(schedule.Seconds())
+	m.cyclePhaseSeconds.WithLabelValues("commit").Observe(commit.Seconds())
 }
 
 // ObserveBinds records one gang's binding: how many pods were bound and failed, the

@@ -77,15 +77,9 @@ type amounts struct {
 
 // Report computes the shares once and writes what changed.
 func (r *StatusReporter) Report(ctx context.Context) {
-	var shares *fairshare.Shares
-	var treeErr error
-	var queues []string
-	r.cache.View(func(snap *model.Snapshot) {
-		shares, treeErr = r.sched.Shares(snap)
-		for n := range snap.Queues {
-			queues = append(queues, n)
-		}
-	})
+	// The cache's kept charges, not r.sched.Shares over every pod under the cache's
+	// lock, which made the next cycle wait (issue 21).
+	shares, queues, treeErr := r.cache.Shares()
 	sort.Strings(queues)
 	for _, name := range queues {
 		st := queueStatus{}
