@@ -226,15 +226,32 @@ func TestKeepForConstraints(t *testing.T) {
 	full.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80}, {HostPort: 9000, ContainerPort: 9000}}
 	full.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "BIG", Value: "x"}}
 	full.Spec.HostNetwork, full.Spec.HostUsers = true, ptr(false)
-	full.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}, claimVolume("bound")}
+	full.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}, claimVolume("bound"),
+		{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	slim := &corev1.Pod{ObjectMeta: full.ObjectMeta, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
 	KeepForConstraints(slim, full)
-	if len(slim.Spec.Volumes) != 2 || slim.Spec.Volumes[0].ConfigMap != nil || len(slim.Spec.Containers[0].Ports) != 1 || slim.Spec.Containers[0].Env != nil {
+	// The configMap volume keeps its name only (the claim stays spec.volumes[1]); the
+	// projected and emptyDir volumes after the claim go.
+	if len(slim.Spec.Volumes) != 2 || slim.Spec.Volumes[0].ConfigMap != nil || slim.Spec.Volumes[1].PersistentVolumeClaim == nil || len(slim.Spec.Containers[0].Ports) != 1 || slim.Spec.Containers[0].Env != nil {
 		t.Fatalf("slim pod keeps %+v", slim.Spec)
 	}
 	a, b := Constraints(full, nil, nil), Constraints(slim, nil, nil)
 	if len(a.AntiAffinity) != len(b.AntiAffinity) || len(a.Spread) != len(b.Spread) || len(a.HostPorts) != len(b.HostPorts) ||
 		len(a.NodeFeatures) != len(b.NodeFeatures) || Refusals(a) != Refusals(b) {
 		t.Fatalf("slim pod translates to %+v, whole pod to %+v", b, a)
+	}
+}
+
+// A pod whose volumes no constraint reads (the API server's kube-api-access volume,
+// a configMap) keeps none.
+func TestKeepForConstraintsDropsUnreadVolumes(t *testing.T) {
+	full := pod()
+	full.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}},
+		{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}}
+	slim := &corev1.Pod{ObjectMeta: full.ObjectMeta, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+	KeepForConstraints(slim, full)
+	if slim.Spec.Volumes != nil {
+		t.Fatalf("slim pod keeps volumes %+v, want none", slim.Spec.Volumes)
 	}
 }

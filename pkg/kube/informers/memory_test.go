@@ -125,7 +125,8 @@ func heapInUse() uint64 {
 func nodeName(i int) string { return fmt.Sprintf("gpu-node-%05d", i) }
 
 // benchNode and benchPod are test/bench's node and pod (workload.go), as the API
-// server returns them.
+// server returns them: with admission's defaults, tolerations and kube-api-access
+// volume.
 func benchNode(i int) *corev1.Node {
 	alloc := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("1024Gi"),
@@ -144,14 +145,18 @@ func benchPod(i int, node string) *corev1.Pod {
 		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi"), "nvidia.com/gpu": resource.MustParse("1"),
 	}
 	name := fmt.Sprintf("pod-%05d", i)
+	access := fmt.Sprintf("kube-api-access-%05x", i)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", UID: types.UID("uid-" + name), ResourceVersion: "12345",
 			CreationTimestamp: metav1.Now()},
 		Spec: corev1.PodSpec{
 			SchedulerName: "gantry-scheduler", NodeName: node,
 			RestartPolicy: corev1.RestartPolicyAlways, DNSPolicy: corev1.DNSClusterFirst, // the API server's defaults
+			ServiceAccountName: "default", EnableServiceLinks: ptr(true), // admission's, as the two below
 			Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Requests: requests, Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}},
+				Resources:    corev1.ResourceRequirements{Requests: requests, Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}},
+				VolumeMounts: []corev1.VolumeMount{{Name: access, ReadOnly: true, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}}}},
+			Volumes: []corev1.Volume{apiAccessVolume(access)},
 			Tolerations: []corev1.Toleration{
 				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr(int64(300))},
 				{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr(int64(300))},
@@ -159,6 +164,21 @@ func benchPod(i int, node string) *corev1.Pod {
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
 	}
+}
+
+// apiAccessVolume is the projected volume the API server's ServiceAccount admission
+// adds to every pod (a token, the cluster's CA and the pod's namespace).
+func apiAccessVolume(name string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr(int32(0o644)),
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{ExpirationSeconds: ptr(int64(3607)), Path: "token"}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace",
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		},
+	}}}
 }
 
 func ptr[T any](v T) *T { return &v }

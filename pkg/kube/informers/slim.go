@@ -58,6 +58,8 @@ func slimPod(obj any) (any, error) {
 	}
 	// What the constraints (pod affinity, spread, host ports, volumes) read.
 	podspec.KeepForConstraints(out, pod)
+	// Last: the interned container slice must not be written after it is shared.
+	shared.pod(out)
 	return out, nil
 }
 
