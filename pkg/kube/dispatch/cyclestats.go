@@ -26,17 +26,16 @@ const CycleLogLevel = 4
 
 // cycleReport is what one Cycle line says.
 type cycleReport struct {
-	// took is the cycle's wall time, cpu the CPU its thread used meanwhile.
-	took, cpu time.Duration
-	inFlight  int64
-	budget    int
-	prep      cache.Prepared
-	d         *cache.Decisions
-	rt        runtimeStats
+	// took is the cycle's wall time.
+	took     time.Duration
+	inFlight int64
+	budget   int
+	prep     cache.Prepared
+	d        *cache.Decisions
+	rt       runtimeStats
 }
 
-// logCycle writes a cycle's line. Besides what it placed: cpuMicros (the CPU the
-// cycle's thread used, GC assists included; Linux only), lockWait (Prepare's and
+// logCycle writes a cycle's line. Besides what it placed: lockWait (Prepare's and
 // Commit's waits for the cache's lock), ready (the snapshot readied), schedule (the
 // core), commit (Commit under the lock), all in microseconds; and what the Go
 // runtime did meanwhile: GC cycles ended, GC pauses and the longest, mark-assist and
@@ -48,7 +47,7 @@ func logCycle(c cycleReport) {
 		pods += len(b.Reqs)
 	}
 	us := func(d time.Duration) int64 { return d.Microseconds() }
-	klog.V(CycleLogLevel).InfoS("Cycle", "micros", us(c.took), "cpuMicros", us(c.cpu), "pods", pods, "gangs", len(c.d.Batches),
+	klog.V(CycleLogLevel).InfoS("Cycle", "micros", us(c.took), "pods", pods, "gangs", len(c.d.Batches),
 		"pending", len(c.d.Pending), "inFlight", c.inFlight, "budget", c.budget, "deferred", c.prep.Plan.Deferred,
 		"lockWaitMicros", us(c.prep.LockWait+c.d.LockWait), "readyMicros", us(c.prep.Ready),
 		"scheduleMicros", us(c.prep.Schedule), "commitMicros", us(c.d.Held),

@@ -11,7 +11,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -208,14 +207,12 @@ func (r *Runner) publishMix() {
 
 // Cycle runs one scheduling cycle and starts carrying out its plan.
 func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
+	// The runtime's metrics around the cycle are read only for its log line; the
+	// thread is not pinned, so that the benchmarks (which log at CycleLogLevel) run
+	// the cycle as users do.
 	logged := klog.V(CycleLogLevel).Enabled()
-	var cpu time.Duration
 	if logged {
-		// On one thread from here to the commit, so that the thread's CPU is the
-		// cycle's: its wall time less its CPU is time it waited for a CPU or a lock.
-		runtime.LockOSThread()
 		r.rt.start()
-		cpu = threadCPU()
 	}
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
@@ -228,10 +225,6 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 	d := r.cache.Commit(prep.Plan, start)
 	took := time.Since(start)
-	if logged {
-		cpu = threadCPU() - cpu
-		runtime.UnlockOSThread()
-	}
 	r.metrics.ObserveCycle(took)
 	r.metrics.ObserveCyclePhases(prep.LockWait+d.LockWait, prep.Ready, prep.Schedule, d.Held)
 	if r.opts.Cycled != nil {
@@ -240,7 +233,7 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	r.publishMix()
 	r.resize(prep.Plan, took)
 	if logged {
-		logCycle(cycleReport{took: took, cpu: cpu, inFlight: inFlight, budget: budget, prep: prep, d: d, rt: r.rt.stop()})
+		logCycle(cycleReport{took: took, inFlight: inFlight, budget: budget, prep: prep, d: d, rt: r.rt.stop()})
 	}
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).
