@@ -319,7 +319,6 @@ func TestDRAClaimsOfOtherSchedulersCountAsUsed(t *testing.T) {
 // allocator would give were the preemptible pods gone.
 func TestDRASelectorClaimPreemptsTraining(t *testing.T) {
 	requireEnv(t)
-	ctx := context.Background()
 	ns := namespace(t)
 	ensureDeviceClass(t)
 	applyPriorityClasses(t)
@@ -344,15 +343,18 @@ func TestDRASelectorClaimPreemptsTraining(t *testing.T) {
 		return len(ps) == 1 && ps[0].Name == "serve" && ps[0].Spec.NodeName == h100.Name
 	})
 	_ = got
-	events, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Preempted"})
-	if err != nil {
-		t.Fatal(err)
+	victimsOf := func(es []corev1.Event) map[string]bool {
+		victims := map[string]bool{}
+		for _, e := range es {
+			victims[e.InvolvedObject.Name] = true
+		}
+		return victims
 	}
-	victims := map[string]bool{}
-	for _, e := range events.Items {
-		victims[e.InvolvedObject.Name] = true
-	}
-	if !victims["train-0"] || !victims["train-1"] || len(victims) != 2 {
+	events := waitEvents(t, ns, "reason=Preempted", 60*time.Second, "Preempted Events on train-0 and train-1", func(es []corev1.Event) bool {
+		v := victimsOf(es)
+		return v["train-0"] && v["train-1"]
+	})
+	if victims := victimsOf(events); len(victims) != 2 {
 		t.Errorf("Preempted events for %v, want train-0 and train-1", victims)
 	}
 }

@@ -197,6 +197,31 @@ func waitPods(t *testing.T, ns string, timeout time.Duration, what string, cond 
 	return last
 }
 
+// waitEvents polls the namespace's core/v1 Events matching selector until cond holds.
+// The scheduler writes its Events asynchronously (the events.k8s.io broadcaster, one
+// write per Event at the Event client's rate), so they may land after the pods'
+// state a test waited for.
+func waitEvents(t *testing.T, ns, selector string, timeout time.Duration, what string, cond func([]corev1.Event) bool) []corev1.Event {
+	t.Helper()
+	var last []corev1.Event
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			return false, nil
+		}
+		last = list.Items
+		return cond(last), nil
+	})
+	if err != nil {
+		var seen []string
+		for _, e := range last {
+			seen = append(seen, e.InvolvedObject.Name+": "+e.Reason+": "+e.Message)
+		}
+		t.Fatalf("%s: not reached in %s; Events (%s):\n%s", what, timeout, selector, strings.Join(seen, "\n"))
+	}
+	return last
+}
+
 // holdPods checks that cond holds on every poll for the whole duration.
 func holdPods(t *testing.T, ns string, d time.Duration, what string, cond func([]corev1.Pod) bool) {
 	t.Helper()

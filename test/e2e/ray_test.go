@@ -86,21 +86,26 @@ func TestSeedScenario(t *testing.T) {
 		inference := rayPods(ps, "ray-kai-scheduler-serve-llm")
 		return len(inference) == 2 && bound(inference) == 2 && bound(rayPods(ps, "raycluster-sample")) == 0
 	})
-	evicted := 0
-	events, err := env.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=Preempted"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range events.Items {
-		if strings.HasPrefix(e.InvolvedObject.Name, "raycluster-sample") {
-			evicted++
-			if !strings.Contains(e.Message, "ray-kai-scheduler-serve-llm") {
-				t.Errorf("preemption event %q does not name the preemptor", e.Message)
+	training := func(es []corev1.Event) []corev1.Event {
+		var out []corev1.Event
+		for _, e := range es {
+			if strings.HasPrefix(e.InvolvedObject.Name, "raycluster-sample") {
+				out = append(out, e)
 			}
 		}
+		return out
 	}
-	if evicted != 2 {
-		t.Errorf("%d Preempted events on training pods, want 2 (head and worker)", evicted)
+	events := waitEvents(t, ns, "reason=Preempted", 60*time.Second, "Preempted Events on the training head and worker", func(es []corev1.Event) bool {
+		return len(training(es)) >= 2
+	})
+	evicted := training(events)
+	for _, e := range evicted {
+		if !strings.Contains(e.Message, "ray-kai-scheduler-serve-llm") {
+			t.Errorf("preemption event %q does not name the preemptor", e.Message)
+		}
+	}
+	if len(evicted) != 2 {
+		t.Errorf("%d Preempted events on training pods, want 2 (head and worker)", len(evicted))
 	}
 	_ = got
 

@@ -65,17 +65,13 @@ func TestSeedScenarioWithFiniteQuota(t *testing.T) {
 		inference := rayPods(ps, "ray-kai-scheduler-serve-llm")
 		return len(inference) == 2 && bound(inference) == 2 && bound(rayPods(ps, "raycluster-sample")) == 0
 	})
-	events, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=Preempted"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evicted := map[string]bool{}
-	for _, e := range events.Items {
-		evicted[e.InvolvedObject.Name] = true
-	}
-	if len(evicted) < 2 {
-		t.Errorf("Preempted events on %d pods, want the training head and worker (2)", len(evicted))
-	}
+	waitEvents(t, ns, "reason=Preempted", 60*time.Second, "Preempted Events on the training head and worker", func(es []corev1.Event) bool {
+		evicted := map[string]bool{}
+		for _, e := range es {
+			evicted[e.InvolvedObject.Name] = true
+		}
+		return len(evicted) >= 2
+	})
 
 	if err := dyn.Resource(services).Namespace(ns).Delete(ctx, "ray-kai-scheduler-serve-llm", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
