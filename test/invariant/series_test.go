@@ -29,13 +29,7 @@ func TestASecondPreemptedInASeriesIsADoubleEviction(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const ns = "invariant-series"
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Start(ctx, Config{RestConfig: env.Config, Rules: Rules{Namespaces: []string{ns}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startIn(ctx, t, ns)
 	defer c.Stop()
 	eb, err := dispatch.NewEventBroadcaster(ctx, env.Config)
 	if err != nil {

@@ -21,6 +21,19 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.RunMain(m, testenv.Options{ControllerManager: true}, &env))
 }
 
+// startIn creates namespace ns and starts a checker limited to it.
+func startIn(ctx context.Context, t *testing.T, ns string) *Checker {
+	t.Helper()
+	if err := env.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(ctx, Config{RestConfig: env.Config, Rules: Rules{Namespaces: []string{ns}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // The checker end to end through a real API server: pods written straight onto one
 // GPU of a node, and a pod preempted twice, are reported.
 func TestWatchReportsFromTheAPI(t *testing.T) {
@@ -29,13 +42,7 @@ func TestWatchReportsFromTheAPI(t *testing.T) {
 	}
 	ctx := context.Background()
 	const ns = "invariant-watch"
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Start(ctx, Config{RestConfig: env.Config, Rules: Rules{Namespaces: []string{ns}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startIn(ctx, t, ns)
 	defer c.Stop()
 
 	gpu := corev1.ResourceList{resourceGPU: resource.MustParse("1")}
@@ -66,7 +73,7 @@ func TestWatchReportsFromTheAPI(t *testing.T) {
 		}
 	}
 	want := map[string]bool{"GPUOvercommit node invariant-n gpu 0": false, "DoubleEviction pod " + ns + "/b": false}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for _, v := range c.Violations() {
 			if _, ok := want[string(v.Kind)+" "+v.Subject]; ok {
 				want[string(v.Kind)+" "+v.Subject] = true
