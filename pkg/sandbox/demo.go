@@ -27,6 +27,10 @@ const (
 	inferenceName   = "ray-kai-scheduler-serve-llm"
 )
 
+// gangBindSpread is how long one gang decision's Bindings may take to all land: one
+// round trip each, in parallel, on a loaded machine.
+const gangBindSpread = 3 * time.Second
+
 // DemoOptions shape the demo.
 type DemoOptions struct {
 	// SeedDir holds raycluster-train.yaml and rayservice-inference.yaml.
@@ -39,8 +43,8 @@ type DemoOptions struct {
 
 // Outcome is what the demo saw, for tests and the summary.
 type Outcome struct {
-	// TrainingBoundTogether: the training head and worker were bound in one step, never
-	// one without the other.
+	// TrainingBoundTogether: the training head and worker were bound in one decision:
+	// neither before both existed, and the second within gangBindSpread of the first.
 	TrainingBoundTogether bool
 	InferenceBound        bool
 	// TrainingEvicted counts training pods preempted for the inference service.
@@ -74,17 +78,27 @@ func Demo(ctx context.Context, cfg *rest.Config, o DemoOptions) (*Outcome, error
 	if err := d.apply("raycluster-train.yaml"); err != nil {
 		return out, err
 	}
-	partial := false
+	// The binder posts a gang's Bindings in parallel, so a List can land between
+	// two of them. Apart means what a broken gang does: a member bound before the
+	// other existed, or one bound and the other still not seconds later.
+	apart := false
+	var partialSince time.Time
 	if err := d.until("the training gang is bound", func(ps []corev1.Pod) bool {
 		tr := pods(ps, trainingCluster)
-		if n := boundCount(tr); n > 0 && n < 2 {
-			partial = true
+		n := boundCount(tr)
+		switch {
+		case n > 0 && len(tr) < 2:
+			apart = true
+		case n == 1 && partialSince.IsZero():
+			partialSince = time.Now()
+		case n == 1 && time.Since(partialSince) > gangBindSpread:
+			apart = true
 		}
-		return len(tr) == 2 && boundCount(tr) == 2
+		return len(tr) == 2 && n == 2
 	}); err != nil {
 		return out, err
 	}
-	out.TrainingBoundTogether = !partial
+	out.TrainingBoundTogether = !apart
 	d.say("   Both training pods were bound together, as one gang.")
 
 	d.say("2. The vLLM RayService (priority class inference, gpu_memory_utilization 0.75) arrives and needs the only GPU.")
