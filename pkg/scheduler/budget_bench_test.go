@@ -49,7 +49,7 @@ func BenchmarkDrainCycle(b *testing.B) {
 					for i := 0; i < b.N; i++ {
 						var plan *scheduler.Plan
 						if kept {
-							plan = s.ScheduleOrdered(snap, order, nil, budget)
+							plan = s.ScheduleOrdered(snap, order, nil, scheduler.Bound{Pods: budget})
 						} else {
 							plan = s.ScheduleWithin(snap, nil, budget)
 						}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
 	sc "github.com/gantry-dev/gantry/pkg/scheduler/scenario"
 )
@@ -146,4 +147,85 @@ func gangsOf(plan *scheduler.Plan) (bound, pending []string) {
 	slices.Sort(bound)
 	slices.Sort(pending)
 	return bound, pending
+}
+
+// A cycle that Stop ends (dispatch stops one that ran past its time) binds a prefix
+// of what the cycle without it binds, in the same order and on the same GPUs; it
+// tries at least one gang. Cycle after cycle, skipping the gangs that failed before
+// (as dispatch does while nothing changed for them), stopped cycles bind the same
+// gangs as one unbounded cycle and leave the same ones pending.
+func TestStopEndsACycleOnAPrefixOfItsPlan(t *testing.T) {
+	whole, err := sc.Build(budgetScenario())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	once := s.Schedule(whole)
+	wantBound, wantPending := gangsOf(once)
+
+	snap, err := sc.Build(budgetScenario())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two schedulers that see the same snapshots, so that what the placer learns
+	// from them is the same.
+	s, err = scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, err := scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := map[model.GangID]bool{}
+	skip := func(g model.GangID) bool { return failed[g] }
+	var bound, pending []string
+	cycles := 1
+	for ; ; cycles++ {
+		if cycles > 80 {
+			t.Fatal("stopped cycles never finished the backlog")
+		}
+		asked := 0
+		stopAfter := 1 + cycles%3 // gangs tried before Stop says true
+		order := scheduler.OrderOf(snap)
+		unstopped := free.ScheduleOrdered(snap, order, skip, scheduler.Bound{})
+		plan := s.ScheduleOrdered(snap, order, skip, scheduler.Bound{Stop: func() bool {
+			asked++
+			return asked >= stopAfter
+		}})
+		if len(plan.Binds) > len(unstopped.Binds) {
+			t.Fatalf("cycle %d: %d binds, more than the %d of the same cycle not stopped", cycles, len(plan.Binds), len(unstopped.Binds))
+		}
+		for i, b := range plan.Binds {
+			if u := unstopped.Binds[i]; b.Gang != u.Gang || fmt.Sprint(b.Placements) != fmt.Sprint(u.Placements) {
+				t.Fatalf("cycle %d: bind %d is %s %v, the cycle not stopped binds %s %v there", cycles, i, b.Gang, b.Placements, u.Gang, u.Placements)
+			}
+			bound = append(bound, string(b.Gang))
+		}
+		if tried := len(plan.Binds) + len(plan.Pending); plan.Deferred > 0 && (tried == 0 || tried > stopAfter) {
+			t.Fatalf("cycle %d tried %d gangs before it stopped; Stop said so after %d", cycles, tried, stopAfter)
+		}
+		for _, p := range plan.Pending {
+			failed[p.Gang] = true
+			pending = append(pending, string(p.Gang))
+		}
+		if plan.Deferred == 0 {
+			break
+		}
+		sc.Apply(snap, plan)
+	}
+	if cycles < len(wantBound)/3 {
+		t.Errorf("%d gangs bound in %d cycles, each stopped after at most 3 gangs tried", len(wantBound), cycles)
+	}
+	slices.Sort(bound)
+	slices.Sort(pending)
+	if !slices.Equal(bound, wantBound) {
+		t.Errorf("stopped cycles bound %v,\nthe unbounded cycle %v", bound, wantBound)
+	}
+	if !slices.Equal(pending, wantPending) {
+		t.Errorf("stopped cycles left %v pending, the unbounded cycle %v", pending, wantPending)
+	}
 }

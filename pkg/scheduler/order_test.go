@@ -186,7 +186,7 @@ func TestKeptOrderLearnsTheSameMix(t *testing.T) {
 	skipAll := func(model.GangID) bool { return true }
 	for cycle := 0; cycle < 20; cycle++ {
 		every.ScheduleWithin(snap, skipAll, 0)
-		kept.ScheduleOrdered(snap, o, skipAll, 0)
+		kept.ScheduleOrdered(snap, o, skipAll, Bound{})
 		o.Settle()
 		for i := 0; i < 10; i++ {
 			id := fmt.Sprintf("c%02d-%d", cycle, i)

@@ -175,15 +175,16 @@ func (s *Scheduler) ScheduleSkipping(snap *model.Snapshot, skip func(model.GangI
 // snapshot's pending gangs from scratch (OrderOf); ScheduleOrdered takes an Order
 // kept across cycles instead.
 func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID) bool, maxPods int) *Plan {
-	return s.ScheduleOrdered(snap, OrderOf(snap), skip, maxPods)
+	return s.ScheduleOrdered(snap, OrderOf(snap), skip, Bound{Pods: maxPods})
 }
 
 // ScheduleOrdered is ScheduleWithin with the pending gangs in order, which the
 // caller keeps current with snap (Order.Refresh for every gang that changed since
 // the last cycle). The cycle reads only the gangs it reaches: with a budget, its
 // cost grows with the pods it places and the gangs it passes over, not with the
-// gangs pending. It does not change order.
-func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip func(model.GangID) bool, maxPods int) *Plan {
+// gangs pending. It does not change order. Bound ends the queue-order loop early
+// (budget.go).
+func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip func(model.GangID) bool, bound Bound) *Plan {
 	plan := &Plan{}
 	s.Placer.ObserveSnapshot(order.observed(snap))
 	view := placement.NewView(snap)
@@ -228,7 +229,7 @@ func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip fun
 	}
 	// Queue-fair order: after every gang, the queue furthest below its share goes next.
 	for len(queueNames) > 0 {
-		if c.spent(maxPods) {
+		if c.spent(bound) {
 			plan.Deferred = order.Pods() - c.reached
 			break
 		}
@@ -242,6 +243,7 @@ func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip fun
 			elastic = append(elastic, w)
 			continue
 		}
+		c.tried++
 		if c.placeGang(w) {
 			c.placed += len(w.core)
 			elastic = append(elastic, w)
@@ -397,7 +399,9 @@ type cycle struct {
 	searches   int
 	// placed counts the pods the queue-order loop placed (budget.go); reached the
 	// pending pods of the gangs the cycle has taken from the Order.
-	placed  int
+	placed int
+	// tried counts the gangs the queue-order loop tried to place.
+	tried   int
 	reached int
 	// released are the pods evicted in this cycle and releasedGPUs the GPUs they hold,
 	// by node: promised to their preemptors, never chosen again (see onRoomStillHeld).

@@ -38,7 +38,7 @@ func BenchmarkBoundCycle(b *testing.B) {
 	var schedule, commit time.Duration
 	run := func() *Decisions {
 		prep := c.PrepareOrdered(context.Background(), now, func(snap *model.Snapshot, order *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan {
-			return s.ScheduleOrdered(snap, order, skip, 256)
+			return s.ScheduleOrdered(snap, order, skip, scheduler.Bound{Pods: 256})
 		})
 		d := c.Commit(prep.Plan, now)
 		schedule, commit = schedule+prep.Schedule, commit+d.Held

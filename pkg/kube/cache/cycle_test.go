@@ -54,7 +54,7 @@ func gpuPod(name string, gpus int, priority int32, node string) *corev1.Pod {
 func cycle(c *Cache, s *scheduler.Scheduler) *Decisions {
 	now := time.Unix(2000, 0)
 	prep := c.PrepareOrdered(context.Background(), now, func(snap *model.Snapshot, order *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan {
-		return s.ScheduleOrdered(snap, order, skip, 0)
+		return s.ScheduleOrdered(snap, order, skip, scheduler.Bound{})
 	})
 	return c.Commit(prep.Plan, now)
 }

@@ -54,12 +54,12 @@ func TestBacklogIsPlacedOverBoundedCycles(t *testing.T) {
 	api := &fakeAPI{bind: func(string, int) error { return nil }}
 	r := New(c, s, nil, events.NewFakeRecorder(1000), nil, Options{BindWorkers: 4})
 	r.binder = newFake(t, api)
-	r.budget, r.minBudget = 8, 8
-	r.opts.CycleTarget = time.Nanosecond // the budget stays on its floor of 8
+	r.opts.CycleTarget = time.Hour // no cycle stops for its time
 	ctx := context.Background()
 	var cycles, placed int
 	for {
 		cycles++
+		r.budget = 8 // held there: resize would grow it
 		plan := r.Cycle(ctx)
 		n := 0
 		for _, b := range plan.Binds {
@@ -80,6 +80,36 @@ func TestBacklogIsPlacedOverBoundedCycles(t *testing.T) {
 	}
 	if placed != 40 || cycles != 5 {
 		t.Errorf("placed %d pods in %d cycles, want 40 in 5", placed, cycles)
+	}
+}
+
+// A cycle past CycleTarget places no more gangs, whatever its budget left: each
+// cycle here has run past a target of 1 ns after its first gang, places that one and
+// defers the rest, and the loop is woken for them.
+func TestACyclePastItsTargetStopsPlacing(t *testing.T) {
+	c, s := backlog(t, 6)
+	api := &fakeAPI{bind: func(string, int) error { return nil }}
+	r := New(c, s, nil, events.NewFakeRecorder(1000), nil, Options{BindWorkers: 4, CycleTarget: time.Nanosecond})
+	r.binder = newFake(t, api)
+	r.budget = 1000
+	ctx := context.Background()
+	for cycle := 1; cycle <= 6; cycle++ {
+		r.budget = 1000
+		plan := r.Cycle(ctx)
+		n := 0
+		for _, b := range plan.Binds {
+			n += len(b.Placements)
+		}
+		if n != 1 || plan.Deferred != 6-cycle {
+			t.Fatalf("cycle %d placed %d pods and deferred %d; want 1 and %d", cycle, n, plan.Deferred, 6-cycle)
+		}
+		if plan.Deferred > 0 {
+			select {
+			case <-r.ready:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("cycle %d deferred %d pods, but the loop was never woken for them", cycle, plan.Deferred)
+			}
+		}
 	}
 }
 
