@@ -26,8 +26,8 @@ func startGantryInProcess(ctx context.Context, base *rest.Config, qps int, cpuPr
 	cfg := rest.CopyConfig(base)
 	cfg.QPS, cfg.Burst = float32(qps), qps
 	cfg.UserAgent = string(Gantry)
-	// The harness's config asks for protobuf; leave the wire format to client-go's
-	// default, as cmd/scheduler does.
+	// The config cmd/scheduler gives kube.Run has no wire format of its own: kube.Run
+	// picks it (protobuf for the typed clients, JSON for the dynamic one).
 	cfg.ContentType = ""
 	var cpuFile *os.File
 	if cpuProfile != "" {
