@@ -117,23 +117,27 @@ func TestACyclePastItsTargetStopsPlacing(t *testing.T) {
 // a cycle that spent it, whatever the backlog left.
 func TestBudgetFollowsTheTimePerPod(t *testing.T) {
 	r := New(cache.New([]string{"gantry"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(1), nil, Options{CycleTarget: 40 * time.Millisecond})
-	r.budget, r.minBudget = 1000, 10
+	r.budget, r.minBudget = 400, 10
 	plan := func(pods, deferred int) *scheduler.Plan {
 		p := &scheduler.Plan{Deferred: deferred}
 		p.Binds = append(p.Binds, scheduler.GangBind{Placements: make([]placement.Placement, pods)})
 		return p
 	}
-	r.resize(plan(1000, 0), time.Second)
-	if r.budget != 1000 {
+	r.resize(plan(400, 0), time.Second)
+	if r.budget != 400 {
 		t.Fatalf("a cycle that left nothing for later moved the budget to %d", r.budget)
 	}
-	r.resize(plan(1000, 5), 80*time.Millisecond) // 1000 pods would take 40 ms: 500
-	if r.budget != 750 {
-		t.Errorf("budget %d after 1,000 pods in 80 ms, want 750 (halfway to 500)", r.budget)
+	r.resize(plan(400, 5), 80*time.Millisecond) // 400 pods would take 40 ms: 200
+	if r.budget != 300 {
+		t.Errorf("budget %d after 400 pods in 80 ms, want 300 (halfway to 200)", r.budget)
 	}
-	r.resize(plan(750, 5), 10*time.Millisecond) // 3,000 fit in 40 ms
-	if r.budget != 1875 {
-		t.Errorf("budget %d after 750 pods in 10 ms, want 1,875 (halfway to 3,000)", r.budget)
+	r.resize(plan(300, 5), 30*time.Millisecond) // 400 fit in 40 ms
+	if r.budget != 350 {
+		t.Errorf("budget %d after 300 pods in 30 ms, want 350 (halfway to 400)", r.budget)
+	}
+	r.resize(plan(350, 5), time.Millisecond) // 14,000 fit in 40 ms
+	if r.budget != maxBudget {
+		t.Errorf("budget %d after 350 pods in 1 ms, want the ceiling of %d", r.budget, maxBudget)
 	}
 	for range 10 {
 		r.resize(plan(10, 5), time.Second)

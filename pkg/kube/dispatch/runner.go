@@ -49,8 +49,8 @@ type Options struct {
 	// Events writes the Scheduled Events of binds (events.go); nil writes none.
 	Events *Events
 	// CycleTarget is how long a cycle that finds more to place than it should place
-	// at once aims to take (budget.go), and how long it may go on placing gangs; 0
-	// means 40 ms.
+	// at once aims to take (budget.go); it places no more gangs once it has run half
+	// of it. 0 means 40 ms.
 	CycleTarget time.Duration
 }
 
@@ -218,10 +218,11 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	start := time.Now()
 	inFlight := r.binder.inFlight.Load()
 	budget := r.cycleBudget()
-	// Past CycleTarget the cycle places no more gangs (budget.go): the budget is
-	// sized from the cycles before, and one that waits for a CPU behind the API
-	// server takes many times as long for the same pods.
-	bound := scheduler.Bound{Pods: budget, Stop: func() bool { return time.Since(start) > r.opts.CycleTarget }}
+	// Past half of CycleTarget the cycle places no more gangs, and leaves the other
+	// half to commit them (budget.go): the budget is sized from the cycles before,
+	// and one that waits for a CPU behind the API server takes many times as long
+	// for the same pods.
+	bound := scheduler.Bound{Pods: budget, Stop: func() bool { return time.Since(start) > r.opts.CycleTarget/2 }}
 	prep := r.cache.PrepareOrdered(ctx, start, func(snap *model.Snapshot, order *scheduler.Order, skip func(model.GangID) bool) *scheduler.Plan {
 		return r.sched.ScheduleOrdered(snap, order, skip, bound)
 	})
