@@ -31,28 +31,8 @@ func budgetScenario() sc.Scenario {
 // follow. Carried out cycle after cycle, bounded cycles bind the same gangs as one
 // unbounded cycle, and leave the same gangs pending.
 func TestBudgetDefersWholeGangsToLaterCycles(t *testing.T) {
-	whole, err := sc.Build(budgetScenario())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := scheduler.New("", scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	once := s.Schedule(whole)
-	if once.Deferred != 0 {
-		t.Fatalf("an unbounded cycle deferred %d pods", once.Deferred)
-	}
-	wantBound, wantPending := gangsOf(once)
-
-	snap, err := sc.Build(budgetScenario())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err = scheduler.New("", scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wantBound, wantPending, snap := unboundedOutcome(t)
+	s := newScheduler(t)
 	const budget = 10
 	var bound []string
 	cycles := 0
@@ -134,6 +114,34 @@ func TestGangLargerThanBudgetStillBinds(t *testing.T) {
 	}
 }
 
+// unboundedOutcome is what one unbounded cycle over budgetScenario binds and leaves
+// pending, and a fresh copy of the scenario for the bounded cycles to work on.
+func unboundedOutcome(t *testing.T) (bound, pending []string, fresh *model.Snapshot) {
+	t.Helper()
+	whole, err := sc.Build(budgetScenario())
+	if err != nil {
+		t.Fatal(err)
+	}
+	once := newScheduler(t).Schedule(whole)
+	if once.Deferred != 0 {
+		t.Fatalf("an unbounded cycle deferred %d pods", once.Deferred)
+	}
+	bound, pending = gangsOf(once)
+	if fresh, err = sc.Build(budgetScenario()); err != nil {
+		t.Fatal(err)
+	}
+	return bound, pending, fresh
+}
+
+func newScheduler(t *testing.T) *scheduler.Scheduler {
+	t.Helper()
+	s, err := scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // gangsOf lists, sorted, the gangs a plan binds (whole, not elastic) and leaves pending.
 func gangsOf(plan *scheduler.Plan) (bound, pending []string) {
 	for _, b := range plan.Binds {
@@ -155,31 +163,10 @@ func gangsOf(plan *scheduler.Plan) (bound, pending []string) {
 // (as dispatch does while nothing changed for them), stopped cycles bind the same
 // gangs as one unbounded cycle and leave the same ones pending.
 func TestStopEndsACycleOnAPrefixOfItsPlan(t *testing.T) {
-	whole, err := sc.Build(budgetScenario())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := scheduler.New("", scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	once := s.Schedule(whole)
-	wantBound, wantPending := gangsOf(once)
-
-	snap, err := sc.Build(budgetScenario())
-	if err != nil {
-		t.Fatal(err)
-	}
+	wantBound, wantPending, snap := unboundedOutcome(t)
 	// Two schedulers that see the same snapshots, so that what the placer learns
 	// from them is the same.
-	s, err = scheduler.New("", scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	free, err := scheduler.New("", scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, free := newScheduler(t), newScheduler(t)
 	failed := map[model.GangID]bool{}
 	skip := func(g model.GangID) bool { return failed[g] }
 	var bound, pending []string

@@ -91,10 +91,9 @@ func TestACyclePastItsTargetStopsPlacing(t *testing.T) {
 	api := &fakeAPI{bind: func(string, int) error { return nil }}
 	r := New(c, s, nil, events.NewFakeRecorder(1000), nil, Options{BindWorkers: 4, CycleTarget: time.Nanosecond})
 	r.binder = newFake(t, api)
-	r.budget = 1000
 	ctx := context.Background()
 	for cycle := 1; cycle <= 6; cycle++ {
-		r.budget = 1000
+		r.budget = 1000 // held there: resize would shrink it
 		plan := r.Cycle(ctx)
 		n := 0
 		for _, b := range plan.Binds {
