@@ -149,3 +149,35 @@ func TestBudgetFollowsTheTimePerPod(t *testing.T) {
 		t.Errorf("budget %d after a slow cycle with 100,000 pods left, want the floor of 10: the backlog does not size it", r.budget)
 	}
 }
+
+// A change after a quiet spell is scheduled at once, not after Debounce: with a
+// debounce of an hour and no resync, a backlog that appears in an idle cache is
+// bound (the first cycle's binds reach the API) without waiting. With the debounce
+// slept on every change, as before, nothing was bound for the hour.
+func TestAChangeAfterAQuietSpellIsNotDebounced(t *testing.T) {
+	c, s := backlog(t, 0)
+	bound := make(chan string, 100)
+	api := &fakeAPI{bind: func(name string, _ int) error {
+		bound <- name
+		return nil
+	}}
+	r := New(c, s, nil, events.NewFakeRecorder(1000), nil, Options{BindWorkers: 4, Debounce: time.Hour, Resync: time.Hour})
+	r.binder = newFake(t, api)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	c.UpsertPod(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alone", UID: "uid-alone"},
+		Spec: corev1.PodSpec{SchedulerName: "gantry", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{names.ExtendedGPUResource: *resource.NewQuantity(1, resource.DecimalSI)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	})
+	select {
+	case got := <-bound:
+		if got != "alone" {
+			t.Fatalf("bound %s, want alone", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a pod that arrived in an idle cache was not bound: its cycle waited for the debounce")
+	}
+}

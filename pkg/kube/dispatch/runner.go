@@ -37,8 +37,9 @@ type Options struct {
 	EvictionBurst int
 	// Resync is the period of the backstop cycle that runs with no event.
 	Resync time.Duration
-	// Debounce is how long a cycle waits after the first event, so that a burst of
-	// creations is scheduled in one cycle rather than one cycle per pod.
+	// Debounce is how long a cycle waits after an event that came within Debounce
+	// of the last cycle, so that a burst of creations is scheduled in a few cycles
+	// rather than one cycle per pod. An event after a quiet spell is not delayed.
 	Debounce time.Duration
 	// BindBackoff and MaxBindBackoff bound the exponential backoff of a gang whose
 	// binds failed; Pause is the first pause of all cycles when the API server is
@@ -165,12 +166,18 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 func (r *Runner) Run(ctx context.Context) {
 	tick := time.NewTicker(r.opts.Resync)
 	defer tick.Stop()
+	var lastCycle time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.cache.Changed():
-			time.Sleep(r.opts.Debounce)
+			// A change after a quiet spell is acted on at once: a pod that arrives
+			// alone waits for no one. A change within Debounce of the last cycle
+			// waits Debounce, so that a burst is a few cycles, not one per pod.
+			if time.Since(lastCycle) < r.opts.Debounce {
+				time.Sleep(r.opts.Debounce)
+			}
 		case <-r.ready:
 			// The last cycle left gangs for this one, and its binds run low.
 		case <-tick.C:
@@ -183,6 +190,7 @@ func (r *Runner) Run(ctx context.Context) {
 			}
 		}
 		r.Cycle(ctx)
+		lastCycle = time.Now()
 	}
 }
 
