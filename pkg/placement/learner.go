@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/gantry-dev/gantry/pkg/model"
 )
@@ -134,6 +135,9 @@ func (l *mixLearner) mix() []Shape {
 // that the outcome does not depend on map order.
 func (l *mixLearner) observe(s *model.Snapshot) {
 	var fresh []*model.Pod
+	if len(l.seen) == 0 {
+		fresh = make([]*model.Pod, 0, len(s.Pods))
+	}
 	consider := func(p *model.Pod) {
 		if p == nil || p.Foreign {
 			return
@@ -156,8 +160,14 @@ func (l *mixLearner) observe(s *model.Snapshot) {
 		}
 	}
 	slices.SortFunc(fresh, func(a, b *model.Pod) int {
-		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.ID, b.ID))
+		if a.CreatedAt != b.CreatedAt {
+			return cmp.Compare(a.CreatedAt, b.CreatedAt)
+		}
+		return strings.Compare(string(a.ID), string(b.ID))
 	})
+	if len(l.seen) == 0 {
+		l.seen = make(map[string]struct{}, len(fresh))
+	}
 	for _, p := range fresh {
 		l.seen[seenKey(p)] = struct{}{}
 		l.arrive(p)
