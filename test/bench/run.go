@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -142,12 +141,9 @@ func Run(ctx context.Context, scenarios []Scenario, opts Options) (*Report, erro
 		s := sc.Scaled(opts.Scale)
 		var results []Result
 		for run := 1; run <= opts.Repeat; run++ {
-			for _, sched := range s.Schedulers {
+			for _, sched := range s.runs(opts.Only) {
 				if ctx.Err() != nil {
 					break
-				}
-				if len(opts.Only) > 0 && !slices.Contains(opts.Only, sched) {
-					continue
 				}
 				r := runOne(ctx, s, sched, run, opts)
 				opts.logf("%s run %d %s: %s, %d/%d bound, %.0f pods/s (first to last bind), %.0f pods/s from start, scheduler CPU %.1fs, load %.1f",

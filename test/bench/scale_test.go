@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -154,5 +155,31 @@ func TestFloorFillsNodesInOrder(t *testing.T) {
 	}
 	if len(got) != 4 || perNode[nodeName(0)] != 2 || perNode[nodeName(1)] != 2 || f.errors.Load() != 1 {
 		t.Fatalf("bindings %v, %d errors; want 4 pods two per node and the fifth refused for want of a slot", got, f.errors.Load())
+	}
+}
+
+// kube-scheduler's 100,000-pod drain runs only when asked for: by default the
+// scenario runs the floor and gantry-scheduler; -schedulers kube runs kube-scheduler
+// alone, and -schedulers gantry never adds it. (Before OnRequest, -schedulers kube
+// only filtered the scenario's own list and ran nothing.)
+func TestDrain100kRunsKubeSchedulerOnlyOnRequest(t *testing.T) {
+	var s Scenario
+	for _, sc := range ScaleScenarios {
+		if sc.Name == "drain-100k" {
+			s = sc
+		}
+	}
+	for _, c := range []struct {
+		only []Scheduler
+		want []Scheduler
+	}{
+		{nil, []Scheduler{Floor, Gantry}},
+		{[]Scheduler{KubeScheduler}, []Scheduler{KubeScheduler}},
+		{[]Scheduler{Gantry}, []Scheduler{Gantry}},
+		{[]Scheduler{Floor, Gantry, KubeScheduler}, []Scheduler{Floor, Gantry, KubeScheduler}},
+	} {
+		if got := s.runs(c.only); !slices.Equal(got, c.want) {
+			t.Errorf("-schedulers %v runs %v, want %v", c.only, got, c.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -86,7 +87,26 @@ type Scenario struct {
 	Selector string
 	// Schedulers run in this order, each against its own fresh control plane.
 	Schedulers []Scheduler
-	Goals      Goals
+	// OnRequest run after Schedulers, only when -schedulers names them.
+	OnRequest []Scheduler
+	Goals     Goals
+}
+
+// runs returns the schedulers to run: Schedulers, then OnRequest, those of them
+// in only when only is set.
+func (s Scenario) runs(only []Scheduler) []Scheduler {
+	var out []Scheduler
+	for _, sched := range s.Schedulers {
+		if len(only) == 0 || slices.Contains(only, sched) {
+			out = append(out, sched)
+		}
+	}
+	for _, sched := range s.OnRequest {
+		if slices.Contains(only, sched) {
+			out = append(out, sched)
+		}
+	}
+	return out
 }
 
 // Goals are what gantry-scheduler must reach in a scenario; zero means no goal.
