@@ -171,6 +171,8 @@ bench-quick: tools build
 ## server's floor (a bare binder) and kube-scheduler where it applies, three runs each
 ## (hours on 2 cores). SCALE_ARGS adds gantry-bench flags, e.g.
 ## SCALE_ARGS="-scenarios drain-5k,gang-1k -repeat 1 -profile-dir /tmp/prof".
+## kube-scheduler's 100,000-pod drain (20 minutes here, with its setup) runs only when asked:
+## SCALE_ARGS="-scenarios drain-100k -schedulers kube -repeat 1 -run-timeout 45m".
 SCALE_ARGS ?=
 bench-scale: tools build
 	$(GO) run ./test/bench/cmd/gantry-bench -scenarios scale -repeat 3 -run-timeout 30m -timeout 6h \
