@@ -134,9 +134,12 @@ func (l *mixLearner) mix() []Shape {
 // are not counted: they are not placed here. New pods are counted oldest first, so
 // that the outcome does not depend on map order.
 func (l *mixLearner) observe(s *model.Snapshot) {
+	first := len(l.seen) == 0
 	var fresh []*model.Pod
-	if len(l.seen) == 0 {
+	if first {
+		// The first count takes every pod: room for all of them at once.
 		fresh = make([]*model.Pod, 0, len(s.Pods))
+		l.seen = make(map[string]struct{}, len(s.Pods))
 	}
 	consider := func(p *model.Pod) {
 		if p == nil || p.Foreign {
@@ -146,7 +149,7 @@ func (l *mixLearner) observe(s *model.Snapshot) {
 			fresh = append(fresh, p)
 		}
 	}
-	if len(l.seen) == 0 || s.PendingGangs == nil {
+	if first || s.PendingGangs == nil {
 		for _, p := range s.Pods {
 			consider(p)
 		}
@@ -165,9 +168,6 @@ func (l *mixLearner) observe(s *model.Snapshot) {
 		}
 		return strings.Compare(string(a.ID), string(b.ID))
 	})
-	if len(l.seen) == 0 {
-		l.seen = make(map[string]struct{}, len(fresh))
-	}
 	for _, p := range fresh {
 		l.seen[seenKey(p)] = struct{}{}
 		l.arrive(p)

@@ -31,19 +31,24 @@ func backlog(t *testing.T, n int) (*cache.Cache, *scheduler.Scheduler) {
 		c.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d", i)}, Status: corev1.NodeStatus{Allocatable: alloc}})
 	}
 	for i := range n {
-		name := fmt.Sprintf("p%02d", i)
-		c.UpsertPod(&corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.Unix(int64(1000+i), 0)},
-			Spec: corev1.PodSpec{SchedulerName: "gantry", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{names.ExtendedGPUResource: *resource.NewQuantity(1, resource.DecimalSI)}}}}},
-			Status: corev1.PodStatus{Phase: corev1.PodPending},
-		})
+		c.UpsertPod(pendingGPUPod(fmt.Sprintf("p%02d", i), int64(1000+i)))
 	}
 	s, err := scheduler.New("", scheduler.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c, s
+}
+
+// pendingGPUPod is a pending one-GPU pod of the scheduler "gantry", created at
+// the given Unix second.
+func pendingGPUPod(name string, created int64) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.Unix(created, 0)},
+		Spec: corev1.PodSpec{SchedulerName: "gantry", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{names.ExtendedGPUResource: *resource.NewQuantity(1, resource.DecimalSI)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
 }
 
 // A backlog larger than a cycle's budget is placed over several cycles, each placing
@@ -166,12 +171,7 @@ func TestAChangeAfterAQuietSpellIsNotDebounced(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
-	c.UpsertPod(&corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "alone", UID: "uid-alone"},
-		Spec: corev1.PodSpec{SchedulerName: "gantry", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{names.ExtendedGPUResource: *resource.NewQuantity(1, resource.DecimalSI)}}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodPending},
-	})
+	c.UpsertPod(pendingGPUPod("alone", 1000))
 	select {
 	case got := <-bound:
 		if got != "alone" {
