@@ -18,6 +18,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,7 +108,14 @@ func Run(ctx context.Context, o Options) error {
 		o.Liveness.started(time.Now(), inf.WaitingPods)
 		cycled = o.Liveness.cycled
 	}
-	runner := dispatch.New(c, sched, client, recorder, m, dispatch.Options{
+	// The binds, evictions and status writes go on a connection of their own: on
+	// the informers' connection a Binding's answer waited behind the pod watch's
+	// events in the API server's writes to that one connection (issue 21).
+	writer, err := kubernetes.NewForConfig(OwnConnection(Protobuf(o.RestConfig)))
+	if err != nil {
+		return err
+	}
+	runner := dispatch.New(c, sched, writer, recorder, m, dispatch.Options{
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
 		Cycled: cycled,
 		Events: scheduled,
@@ -159,6 +167,17 @@ func startEvents(ctx context.Context, o Options, lookup gang.Lookup, m *metrics.
 	e := dispatch.NewEvents(recorder, lookup, m.EventDropped)
 	go e.Run(ctx)
 	return recorder, e, eb.Shutdown, nil
+}
+
+// OwnConnection is cfg for a client that dials a connection of its own: client-go
+// shares one HTTP/2 connection among the clients of equal configs, and gives a
+// config with a dialer of its own a transport of its own.
+func OwnConnection(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	if c.Dial == nil {
+		c.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	return c
 }
 
 // Protobuf is cfg for a typed clientset: built-in kinds travel as protobuf, as

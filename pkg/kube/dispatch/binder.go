@@ -219,17 +219,23 @@ func (b *binder) bindAll(ctx context.Context, reqs []cache.BindRequest) []result
 			}
 			return out
 		}
-		var wg sync.WaitGroup
-		for i := range chunk {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				defer b.slots.Release(1)
-				b.inFlight.Add(1)
-				defer b.inFlight.Add(-1)
-				out[start+i] = b.bind(ctx, chunk[i])
-			}(i)
+		one := func(i int) {
+			defer b.slots.Release(1)
+			b.inFlight.Add(1)
+			defer b.inFlight.Add(-1)
+			out[start+i] = b.bind(ctx, chunk[i])
 		}
+		// The first member is bound on this goroutine, the others each on one of
+		// their own: a single pod, the most common batch, starts no goroutine.
+		var wg sync.WaitGroup
+		for i := 1; i < len(chunk); i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				one(i)
+			}()
+		}
+		one(0)
 		wg.Wait()
 	}
 	return out

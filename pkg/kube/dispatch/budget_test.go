@@ -181,3 +181,37 @@ func TestAChangeAfterAQuietSpellIsNotDebounced(t *testing.T) {
 		t.Fatal("a pod that arrived in an idle cache was not bound: its cycle waited for the debounce")
 	}
 }
+
+// A change soon after a cycle waits only for the rest of Debounce since that cycle,
+// not for a whole Debounce after the change: with a debounce of 2 s, a pod that
+// arrives 1.5 s after the last cycle is bound about 0.5 s later. When every such
+// change slept the whole Debounce, it was bound 2 s later.
+func TestAChangeSoonAfterACycleWaitsOnlyTheRestOfTheDebounce(t *testing.T) {
+	const debounce = 2 * time.Second
+	c, s := backlog(t, 0)
+	bound := make(chan string, 100)
+	api := &fakeAPI{bind: func(name string, _ int) error {
+		bound <- name
+		return nil
+	}}
+	r := New(c, s, nil, events.NewFakeRecorder(1000), nil, Options{BindWorkers: 4, Debounce: debounce, Resync: time.Hour})
+	r.binder = newFake(t, api)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	c.UpsertPod(pendingGPUPod("first", 1000))
+	<-bound
+	first := time.Now()
+	time.Sleep(debounce * 3 / 4)
+	c.UpsertPod(pendingGPUPod("second", 1000))
+	select {
+	case <-bound:
+		// The first cycle ended before first; the second may start at its end +
+		// debounce. Waiting a whole debounce after the change ends at 1.75 × it.
+		if took := time.Since(first); took >= debounce*7/4 {
+			t.Fatalf("second pod bound %v after the first, want under %v: it waited a whole debounce after its change", took, debounce*7/4)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("second pod never bound")
+	}
+}

@@ -18,20 +18,37 @@ type queuedBatch struct {
 // its batches, parked on the binder's slots, cost a stack each (8 KB and more,
 // hundreds of MiB at 100,000 pods) and took the slots in whatever order the Go
 // scheduler ran them.
+//
+// While nothing is queued, a batch that finds a slot free starts from here, not
+// from the pump: under steady arrivals each cycle binds a pod or two, and a hand-off
+// through the pump's goroutine was one more wake-up between the cycle and the
+// Binding on a machine whose CPUs the API server keeps busy (issue 21).
 func (r *Runner) queueBinds(ctx context.Context, batches []cache.Batch) {
 	if len(batches) == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, b := range batches {
-		r.binds = append(r.binds, queuedBatch{ctx: ctx, batch: b})
-		r.queuedPods += len(b.Reqs)
+	for i, b := range batches {
+		if r.pumping || !r.batchSlots.TryAcquire(1) {
+			for _, b := range batches[i:] {
+				r.binds = append(r.binds, queuedBatch{ctx: ctx, batch: b})
+				r.queuedPods += len(b.Reqs)
+			}
+			break
+		}
+		go r.bindInSlot(ctx, b)
 	}
-	if !r.pumping {
+	if len(r.binds) > 0 && !r.pumping {
 		r.pumping = true
 		go r.pumpBinds()
 	}
+}
+
+// bindInSlot binds a batch in a batch slot already taken, and frees the slot.
+func (r *Runner) bindInSlot(ctx context.Context, b cache.Batch) {
+	defer r.batchSlots.Release(1)
+	r.bindBatch(ctx, b)
 }
 
 // pumpBinds starts a bindBatch for each queued batch as a batch slot frees, and
@@ -54,9 +71,6 @@ func (r *Runner) pumpBinds() {
 		r.mu.Unlock()
 		// Never fails: the context is not the batch's, which may have ended.
 		_ = r.batchSlots.Acquire(context.Background(), 1)
-		go func() {
-			defer r.batchSlots.Release(1)
-			r.bindBatch(q.ctx, q.batch)
-		}()
+		go r.bindInSlot(q.ctx, q.batch)
 	}
 }

@@ -56,3 +56,45 @@ func TestBindsQueueInPlanOrder(t *testing.T) {
 		}
 	}
 }
+
+// A batch that finds a batch slot free while nothing is queued starts at once, with
+// no pump; one that comes while earlier batches are queued waits behind them, so
+// that a later cycle's bind never overtakes an earlier cycle's.
+func TestBindStartsAtOnceOnlyBehindNothing(t *testing.T) {
+	release := make(chan struct{})
+	order := make(chan string, 10)
+	api := &fakeAPI{bind: func(name string, _ int) error {
+		order <- name
+		<-release
+		return nil
+	}}
+	r := New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(10), nil, Options{BindWorkers: 1})
+	r.binder = newFake(t, api)
+	one := func(name string) []cache.Batch {
+		return []cache.Batch{{Min: 1, Reqs: []cache.BindRequest{req(name, "n")}}}
+	}
+	r.queueBinds(context.Background(), one("first"))
+	r.mu.Lock()
+	pumping := r.pumping
+	r.mu.Unlock()
+	if pumping {
+		t.Fatal("a batch with a free slot went through the pump")
+	}
+	if got := <-order; got != "first" {
+		t.Fatalf("bound %s, want first", got)
+	}
+	// The slot is taken: these queue, in order, behind nothing but the slot.
+	r.queueBinds(context.Background(), append(one("second"), one("third")...))
+	r.queueBinds(context.Background(), one("fourth"))
+	close(release)
+	for _, want := range []string{"second", "third", "fourth"} {
+		select {
+		case got := <-order:
+			if got != want {
+				t.Fatalf("bound %s, want %s", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never bound", want)
+		}
+	}
+}
