@@ -108,9 +108,11 @@ func Run(ctx context.Context, o Options) error {
 		o.Liveness.started(time.Now(), inf.WaitingPods)
 		cycled = o.Liveness.cycled
 	}
-	// The binds, evictions and status writes go on a connection of their own: on
-	// the informers' connection a Binding's answer waited behind the pod watch's
-	// events in the API server's writes to that one connection (issue 21).
+	// The binds, evictions and status writes go on a connection of their own, so
+	// that a Binding and its answer do not share one TCP connection, and the API
+	// server's writes to it, with the pod watch's stream of events. Under steady
+	// arrivals its effect was within the noise of the benchmarks (issue 21,
+	// docs/benchmarks.md, session 12).
 	writer, err := kubernetes.NewForConfig(OwnConnection(Protobuf(o.RestConfig)))
 	if err != nil {
 		return err
