@@ -15,15 +15,7 @@ import (
 // A cycle's batches are bound in plan order, at most BindWorkers at once, the rest
 // waiting in the queue rather than in a goroutine each.
 func TestBindsQueueInPlanOrder(t *testing.T) {
-	release := make(chan struct{})
-	order := make(chan string, 100)
-	api := &fakeAPI{bind: func(name string, _ int) error {
-		order <- name
-		<-release
-		return nil
-	}}
-	r := New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(10), nil, Options{BindWorkers: 1})
-	r.binder = newFake(t, api)
+	r, order, release := heldBinds(t, 100)
 	// newFake's binder has 8 slots: leave one, so that binds go one at a time.
 	if err := r.binder.slots.Acquire(context.Background(), 7); err != nil {
 		t.Fatal(err)
@@ -61,15 +53,7 @@ func TestBindsQueueInPlanOrder(t *testing.T) {
 // no pump; one that comes while earlier batches are queued waits behind them, so
 // that a later cycle's bind never overtakes an earlier cycle's.
 func TestBindStartsAtOnceOnlyBehindNothing(t *testing.T) {
-	release := make(chan struct{})
-	order := make(chan string, 10)
-	api := &fakeAPI{bind: func(name string, _ int) error {
-		order <- name
-		<-release
-		return nil
-	}}
-	r := New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(10), nil, Options{BindWorkers: 1})
-	r.binder = newFake(t, api)
+	r, order, release := heldBinds(t, 10)
 	one := func(name string) []cache.Batch {
 		return []cache.Batch{{Min: 1, Reqs: []cache.BindRequest{req(name, "n")}}}
 	}
@@ -97,4 +81,19 @@ func TestBindStartsAtOnceOnlyBehindNothing(t *testing.T) {
 			t.Fatalf("%s never bound", want)
 		}
 	}
+}
+
+// heldBinds is a runner with one batch slot whose binds report their pod's name on
+// order, in the order they reach the API, and return only once release is closed.
+func heldBinds(t *testing.T, n int) (r *Runner, order chan string, release chan struct{}) {
+	release = make(chan struct{})
+	order = make(chan string, n)
+	api := &fakeAPI{bind: func(name string, _ int) error {
+		order <- name
+		<-release
+		return nil
+	}}
+	r = New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(10), nil, Options{BindWorkers: 1})
+	r.binder = newFake(t, api)
+	return r, order, release
 }
