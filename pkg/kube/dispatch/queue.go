@@ -29,15 +29,13 @@ func (r *Runner) queueBinds(ctx context.Context, batches []cache.Batch) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, b := range batches {
-		if r.pumping || !r.batchSlots.TryAcquire(1) {
-			for _, b := range batches[i:] {
-				r.binds = append(r.binds, queuedBatch{ctx: ctx, batch: b})
-				r.queuedPods += len(b.Reqs)
-			}
-			break
-		}
-		go r.bindInSlot(ctx, b)
+	started := 0
+	for ; started < len(batches) && !r.pumping && r.batchSlots.TryAcquire(1); started++ {
+		go r.bindInSlot(ctx, batches[started])
+	}
+	for _, b := range batches[started:] {
+		r.binds = append(r.binds, queuedBatch{ctx: ctx, batch: b})
+		r.queuedPods += len(b.Reqs)
 	}
 	if len(r.binds) > 0 && !r.pumping {
 		r.pumping = true
