@@ -29,12 +29,19 @@ func TestBindsQueueInPlanOrder(t *testing.T) {
 	if got := <-order; got != "p00" {
 		t.Fatalf("first bind %s, want p00", got)
 	}
-	r.mu.Lock()
-	queued := len(r.binds)
-	r.mu.Unlock()
-	// One is binding, one taken by the pump waiting for a batch slot.
-	if queued != 48 {
-		t.Fatalf("%d batches queued while the first binds, want 48", queued)
+	// One is binding and the pump takes one more off the queue to wait for a batch
+	// slot, so the queue settles at 48. The pump runs on its own goroutine and may
+	// take its batch after the first bind reaches the API: wait for 48 rather than
+	// read it once. A runner that started a goroutine per batch never shows 48.
+	queued := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.binds)
+	}
+	for deadline := time.Now().Add(10 * time.Second); queued() != 48; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches queued while the first binds, want 48", queued())
+		}
 	}
 	close(release)
 	for i := 1; i < 50; i++ {
