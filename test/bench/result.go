@@ -83,6 +83,10 @@ type Result struct {
 	// bind (go_goroutines).
 	Cycles     *CycleStats `json:"cycles,omitempty"`
 	Goroutines int         `json:"goroutines,omitempty"`
+	// ClosedWatches counts, by resource, the watches the API server closed during the
+	// run because their reader fell behind (apiserver_terminated_watchers_total):
+	// each costs its client a re-watch, and the events of that time arrive late.
+	ClosedWatches map[string]int `json:"closedWatches,omitempty"`
 	// FloorErrors counts the floor's refused Bindings.
 	FloorErrors   int      `json:"floorErrors,omitempty"`
 	ProfileErrors []string `json:"profileErrors,omitempty"`

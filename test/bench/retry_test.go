@@ -82,3 +82,23 @@ func TestCreateGivesUp(t *testing.T) {
 		t.Fatalf("429s: %v after %d tries; want a failure after %d", err, tries, retryAttempts)
 	}
 }
+
+// The API server's count of watches it closed is read by resource, summed over
+// groups, and a resource with none is left out.
+func TestParseClosedWatches(t *testing.T) {
+	page := `# HELP apiserver_terminated_watchers_total [ALPHA] Counter of watchers closed due to unresponsiveness broken by resource type.
+# TYPE apiserver_terminated_watchers_total counter
+apiserver_terminated_watchers_total{group="",resource="pods"} 3
+apiserver_terminated_watchers_total{group="",resource="nodes"} 0
+apiserver_terminated_watchers_total{group="events.k8s.io",resource="events"} 1
+apiserver_terminated_watchers_total{group="",resource="events"} 2
+apiserver_request_total{resource="pods"} 9
+`
+	got := parseClosedWatches(page)
+	if len(got) != 2 || got["pods"] != 3 || got["events"] != 3 {
+		t.Fatalf("got %v, want pods 3 and events 3", got)
+	}
+	if got := parseClosedWatches("apiserver_request_total 1\n"); got != nil {
+		t.Fatalf("got %v from a page without the counter, want nil", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -306,6 +307,9 @@ func inspect(ctx context.Context, client kubernetes.Interface, s Scenario, sched
 	if err != nil {
 		return fmt.Errorf("list events: %w", err)
 	}
+	if r.ClosedWatches, err = closedWatches(ctx, client); err != nil {
+		return err
+	}
 	r.Events = len(evs.Items)
 	r.EventReasons = map[string]int{}
 	var lines strings.Builder
@@ -339,6 +343,47 @@ func inspect(ctx context.Context, client kubernetes.Interface, s Scenario, sched
 		r.Status = fmt.Sprintf("%s: bound none of %d DRA pods (%s)", StatusNotSupported, s.Pods, r.Status)
 	}
 	return nil
+}
+
+// closedWatches reads from the API server's /metrics how many watches it closed
+// for falling behind, by resource. The control plane is the run's own, so the
+// counts are the run's.
+func closedWatches(ctx context.Context, client kubernetes.Interface) (map[string]int, error) {
+	body, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the API server's metrics: %w", err)
+	}
+	return parseClosedWatches(string(body)), nil
+}
+
+// parseClosedWatches sums apiserver_terminated_watchers_total by its resource label.
+func parseClosedWatches(metrics string) map[string]int {
+	var out map[string]int
+	for _, line := range strings.Split(metrics, "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_terminated_watchers_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil || n == 0 {
+			continue
+		}
+		resource := ""
+		for _, l := range strings.Split(labels, ",") {
+			if v, ok := strings.CutPrefix(l, "resource="); ok {
+				resource = strings.Trim(v, `"`)
+			}
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[resource] += int(n)
+	}
+	return out
 }
 
 // waitBound waits until every pod is bound, and fails when the scheduler exits, the

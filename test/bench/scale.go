@@ -3,6 +3,9 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -137,7 +140,7 @@ func WriteScaleTable(w io.Writer, results []Result) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\trun\tscheduler\tpods/s\tof floor\tfrom start\tof floor\tp50 s\tp90 s\tp99 s\tmax s\tp99 of floor\tarrived/s\tcycles\tcycle p50/p99/max ms\tpods/cycle (max)\tin flight at cycle start (dry)\tgoroutines\tVmHWM MiB\tload\t")
+	fmt.Fprintln(tw, "scenario\trun\tscheduler\tpods/s\tof floor\tfrom start\tof floor\tp50 s\tp90 s\tp99 s\tmax s\tp99 of floor\tarrived/s\tcycles\tcycle p50/p99/max ms\tpods/cycle (max)\tin flight at cycle start (dry)\tgoroutines\tVmHWM MiB\tload\twatches closed\t")
 	for _, r := range results {
 		lat := "\t\t\t\t\t\t"
 		if l := r.Latency; l != nil {
@@ -151,10 +154,19 @@ func WriteScaleTable(w io.Writer, results []Result) {
 		if c := r.Cycles; c != nil {
 			cyc = fmt.Sprintf("%d\t%.1f/%.1f/%.1f\t%.1f (%d)\t%.1f (%.0f%%)\t", c.Cycles, c.P50Ms, c.P99Ms, c.MaxMs, c.PodsPerCycle, c.MaxPodsPerCycle, c.InFlightMean, c.DryStartShare*100)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s%s%s\t%s\t%.1f\t\n", r.Scenario, r.Run, r.Scheduler, thr, lat, cyc,
-			blankZero(float64(r.Goroutines), "%.0f"), blankZero(r.HWMMiB, "%.0f"), r.LoadAverage)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s%s%s\t%s\t%.1f\t%s\t\n", r.Scenario, r.Run, r.Scheduler, thr, lat, cyc,
+			blankZero(float64(r.Goroutines), "%.0f"), blankZero(r.HWMMiB, "%.0f"), r.LoadAverage, closedList(r.ClosedWatches))
 	}
 	tw.Flush()
+}
+
+// closedList is "pods 3, nodes 1", by resource name.
+func closedList(closed map[string]int) string {
+	var out []string
+	for _, res := range slices.Sorted(maps.Keys(closed)) {
+		out = append(out, fmt.Sprintf("%s %d", res, closed[res]))
+	}
+	return strings.Join(out, ", ")
 }
 
 func blankZero(v float64, format string) string {
