@@ -1,7 +1,9 @@
 package dispatch
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/gantry-dev/gantry/pkg/kube/metrics"
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/scheduler"
+	sc "github.com/gantry-dev/gantry/pkg/scheduler/scenario"
 )
 
 // TestObserveEvictions checks what the preemption series count (issue 19): whole-GPU
@@ -80,4 +83,56 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, kind string) flo
 		}
 	}
 	return 0
+}
+
+// The learned workload mix is published on the first cycle that learned from pods,
+// then at most once a Resync however many cycles learn meanwhile, and the cycle
+// after a Resync publishes what they learned.
+func TestWorkloadMixIsPublishedAtMostOnceAResync(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s, err := scheduler.New("", scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{metrics: metrics.New(reg, nil), sched: s, opts: Options{Resync: time.Hour}}
+	learn := func(pending int) {
+		t.Helper()
+		snap, err := sc.Build(sc.Scenario{
+			Nodes: []sc.Node{{Name: "a", GPUs: 8, Model: "H100"}},
+			Gangs: []sc.Gang{{Name: fmt.Sprintf("g%d", pending), Pods: pending, Min: pending, GPUs: 1, CPU: 1000}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Schedule(snap)
+		r.publishMix()
+	}
+	learn(2)
+	if got := gaugeValue(t, reg, "gantry_scheduler_workload_mix_pods"); got != 2 {
+		t.Fatalf("after the first cycle the mix was published from %v pods, want 2", got)
+	}
+	learn(3)
+	if got := gaugeValue(t, reg, "gantry_scheduler_workload_mix_pods"); got != 2 {
+		t.Fatalf("a second cycle within the Resync published the mix of %v pods, want it left at 2", got)
+	}
+	r.mixAt = time.Now().Add(-time.Hour)
+	r.publishMix()
+	if got := gaugeValue(t, reg, "gantry_scheduler_workload_mix_pods"); got != 5 {
+		t.Fatalf("the cycle after a Resync published the mix of %v pods, want 5", got)
+	}
+}
+
+// gaugeValue is an unlabelled gauge's value, or -1 when it is not gathered.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
 }
