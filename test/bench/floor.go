@@ -58,14 +58,8 @@ func startFloor(ctx context.Context, client kubernetes.Interface, nodes, slots i
 	lw := cache.NewFilteredListWatchFromClient(client.CoreV1().RESTClient(), "pods", Namespace,
 		func(o *metav1.ListOptions) { o.FieldSelector = selector })
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
-	// The bound pods stay in its store now: keep their names and nodes only.
-	if err := inf.SetTransform(func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, ResourceVersion: p.ResourceVersion},
-				Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}, nil
-		}
-		return obj, nil
-	}); err != nil {
+	// The bound pods stay in its store: slim, as the bind recorder keeps them.
+	if err := inf.SetTransform(slimBenchPod); err != nil {
 		cancel()
 		return nil, err
 	}

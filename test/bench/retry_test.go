@@ -94,11 +94,14 @@ apiserver_terminated_watchers_total{group="events.k8s.io",resource="events"} 1
 apiserver_terminated_watchers_total{group="",resource="events"} 2
 apiserver_request_total{resource="pods"} 9
 `
-	got := parseClosedWatches(page)
+	got, err := parseClosedWatches(page)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(got) != 2 || got["pods"] != 3 || got["events"] != 3 {
 		t.Fatalf("got %v, want pods 3 and events 3", got)
 	}
-	if got := parseClosedWatches("apiserver_request_total 1\n"); got != nil {
-		t.Fatalf("got %v from a page without the counter, want nil", got)
+	if got, err := parseClosedWatches("apiserver_request_total 1\n"); err != nil || got != nil {
+		t.Fatalf("got %v, %v from a page without the counter, want nil", got, err)
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -358,37 +359,33 @@ func closedWatches(ctx context.Context, client kubernetes.Interface) (map[string
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's metrics: %w", err)
 	}
-	return parseClosedWatches(string(body)), nil
+	return parseClosedWatches(string(body))
 }
 
-// parseClosedWatches sums apiserver_terminated_watchers_total by its resource label.
-func parseClosedWatches(metrics string) map[string]int {
+// parseClosedWatches sums apiserver_terminated_watchers_total by its resource label,
+// leaving out resources with none.
+func parseClosedWatches(metrics string) (map[string]int, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(metrics))
+	if err != nil {
+		return nil, fmt.Errorf("parse the API server's metrics: %w", err)
+	}
 	var out map[string]int
-	for _, line := range strings.Split(metrics, "\n") {
-		rest, ok := strings.CutPrefix(line, "apiserver_terminated_watchers_total{")
-		if !ok {
+	for _, m := range fams["apiserver_terminated_watchers_total"].GetMetric() {
+		n := int(m.GetCounter().GetValue())
+		if n == 0 {
 			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil || n == 0 {
-			continue
-		}
-		resource := ""
-		for _, l := range strings.Split(labels, ",") {
-			if v, ok := strings.CutPrefix(l, "resource="); ok {
-				resource = strings.Trim(v, `"`)
-			}
 		}
 		if out == nil {
 			out = map[string]int{}
 		}
-		out[resource] += int(n)
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "resource" {
+				out[l.GetValue()] += n
+			}
+		}
 	}
-	return out
+	return out, nil
 }
 
 // waitBound waits until every pod is bound, and fails when the scheduler exits, the

@@ -103,20 +103,23 @@ func (r *bindRecorder) observe(p *corev1.Pod, now time.Time) {
 // run follows the benchmark's pods with an informer (its list, then its watch; a
 // watch that expires is followed by a re-list, whose binds are timed late, which
 // only lowers the figures) until ctx ends. ready gets nil once the first list is in.
+// slimBenchPod is what the harness's informers keep of a pod: its name, gang
+// annotations and node, not 100,000 whole pods.
+func slimBenchPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Annotations: p.Annotations, ResourceVersion: p.ResourceVersion},
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName},
+	}, nil
+}
+
 func (r *bindRecorder) run(ctx context.Context, client kubernetes.Interface, ready chan<- error) {
 	lw := cache.NewFilteredListWatchFromClient(client.CoreV1().RESTClient(), "pods", Namespace, func(*metav1.ListOptions) {})
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
-	// The harness needs names, gang annotations and the node: not 100,000 whole pods.
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			return obj, nil
-		}
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Annotations: p.Annotations, ResourceVersion: p.ResourceVersion},
-			Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName},
-		}, nil
-	})
+	_ = inf.SetTransform(slimBenchPod)
 	see := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
 			r.observe(p, time.Now())
