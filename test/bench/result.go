@@ -59,6 +59,11 @@ type Result struct {
 	SchedulerCPUSeconds float64 `json:"schedulerCPUSeconds,omitempty"`
 	APIServerCPUSeconds float64 `json:"apiserverCPUSeconds"`
 	EtcdCPUSeconds      float64 `json:"etcdCPUSeconds"`
+	// HarnessCPUSeconds is the harness process's CPU over the run: creating the pods
+	// and following them, plus the floor's binder in the floor's runs. KwokCPUSeconds
+	// is kwok's, where the control plane runs it.
+	HarnessCPUSeconds float64 `json:"harnessCPUSeconds,omitempty"`
+	KwokCPUSeconds    float64 `json:"kwokCPUSeconds,omitempty"`
 	// CPUMillisPerPod is the scheduler's, kube-apiserver's and etcd's CPU time
 	// together per bound pod. On a machine shared with other work it is steadier
 	// than throughput, and on an otherwise idle one throughput is about the cores

@@ -230,7 +230,14 @@ func measure(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kub
 	}
 	r.LoadAverage = loadAverage()
 	components := env.PIDs()
-	cpu := meterCPU(map[string]int{"kube-apiserver": components["kube-apiserver"], "etcd": components["etcd"]})
+	// The harness's own CPU: the pods' creation and the recorder's informer in every
+	// run, and the floor's binder in the floor's. With the API server, etcd and the
+	// scheduler it is the machine's CPU, which the steady runs' latencies depend on.
+	metered := map[string]int{"kube-apiserver": components["kube-apiserver"], "etcd": components["etcd"], "harness": os.Getpid()}
+	if pid, ok := components["kwok"]; ok {
+		metered["kwok"] = pid
+	}
+	cpu := meterCPU(metered)
 	start := time.Now()
 	sc, err := startScheduler(ctx, env, cfg, s, sched, opts, logDir, r.Run)
 	if err != nil {
@@ -251,6 +258,9 @@ func measure(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kub
 		waitErr = <-arrivalErr
 	}
 	st := rec.stats(start)
+	if err := rec.writeTimeline(filepath.Join(logDir, "timeline.tsv")); err != nil {
+		opts.logf("%s %s: timeline: %v", s.Name, sched.Label(), err)
+	}
 	r.fill(st, s)
 	sc.finish(ctx, r, st.Bound, cpu.used())
 	if sc.stopInProcess != nil {
@@ -313,7 +323,7 @@ func inspect(ctx context.Context, client kubernetes.Interface, s Scenario, sched
 	if err != nil {
 		return fmt.Errorf("list events: %w", err)
 	}
-	if r.ClosedWatches, err = closedWatches(ctx, client); err != nil {
+	if r.ClosedWatches, err = closedWatches(ctx, client, filepath.Join(logDir, "apiserver-metrics.txt")); err != nil {
 		return err
 	}
 	r.Events = len(evs.Items)
@@ -352,12 +362,16 @@ func inspect(ctx context.Context, client kubernetes.Interface, s Scenario, sched
 }
 
 // closedWatches reads from the API server's /metrics how many watches it closed
-// for falling behind, by resource. The control plane is the run's own, so the
-// counts are the run's.
-func closedWatches(ctx context.Context, client kubernetes.Interface) (map[string]int, error) {
+// for falling behind, by resource, and keeps the whole page at keep (the requests
+// each run made, by verb and resource, and the API server's own runtime figures).
+// The control plane is the run's own, so the counts are the run's.
+func closedWatches(ctx context.Context, client kubernetes.Interface, keep string) (map[string]int, error) {
 	body, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the API server's metrics: %w", err)
+	}
+	if err := os.WriteFile(keep, body, 0o644); err != nil {
+		return nil, err
 	}
 	return parseClosedWatches(string(body))
 }

@@ -89,6 +89,7 @@ func startScheduler(ctx context.Context, env *testenv.Env, cfg *rest.Config, s S
 // memory, goroutines, cycles and profiles; and the API server's and etcd's CPU.
 func (sc *running) finish(ctx context.Context, r *Result, bound int, used map[string]float64) {
 	r.APIServerCPUSeconds, r.EtcdCPUSeconds = round(used["kube-apiserver"], 1), round(used["etcd"], 1)
+	r.HarnessCPUSeconds, r.KwokCPUSeconds = round(used["harness"], 1), round(used["kwok"], 1)
 	if sc.stopFloor != nil {
 		r.FloorErrors = int(sc.stopFloor())
 		sc.stopFloor = nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -199,6 +200,39 @@ func (r *bindRecorder) stats(start time.Time) bindStats {
 	s.Arrival = lastCreate.Sub(firstCreate)
 	slices.Sort(s.Latencies)
 	return s
+}
+
+// writeTimeline writes, for each pod whose creation the harness timed (steady
+// arrivals), when its creation was sent and when it was seen bound, in milliseconds
+// from the first creation, sorted by creation: whether the slow pods of a run came
+// together (a stall of the machine, the API server or the scheduler) or one by one.
+// It writes nothing for a run without timed creations.
+func (r *bindRecorder) writeTimeline(path string) error {
+	r.mu.Lock()
+	type row struct {
+		sent, bound time.Time
+		name        string
+	}
+	rows := make([]row, 0, len(r.createdAt))
+	for name, c := range r.createdAt {
+		rows = append(rows, row{sent: c, bound: r.boundAt[name], name: name})
+	}
+	r.mu.Unlock()
+	if len(rows) == 0 {
+		return nil
+	}
+	slices.SortFunc(rows, func(a, b row) int { return a.sent.Compare(b.sent) })
+	var b strings.Builder
+	b.WriteString("pod\tsent_ms\tbound_ms\tlatency_ms\n")
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
+	for _, x := range rows {
+		bound, lat := "", ""
+		if !x.bound.IsZero() {
+			bound, lat = ms(x.bound.Sub(rows[0].sent)), ms(x.bound.Sub(x.sent))
+		}
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", x.name, ms(x.sent.Sub(rows[0].sent)), bound, lat)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 func maxTime(a, b time.Time) time.Time {
