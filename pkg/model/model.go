@@ -115,6 +115,17 @@ type Node struct {
 	CSIAttachLimits map[string]int
 }
 
+// SoftTainted reports whether n has a PreferNoSchedule taint, which every pod that
+// does not tolerate it is scored against.
+func (n *Node) SoftTainted() bool {
+	for i := range n.Taints {
+		if n.Taints[i].Effect == corev1.TaintEffectPreferNoSchedule {
+			return true
+		}
+	}
+	return false
+}
+
 // Free returns the unrequested node resources.
 func (n *Node) Free() Resources { return n.Allocatable.Sub(n.Requested) }
 

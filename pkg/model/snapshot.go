@@ -103,7 +103,44 @@ type Snapshot struct {
 	NamespaceLabels map[string]map[string]string
 
 	nodeIndex map[string]int
+	// counts are NodeCounts, kept by AddNode and RemoveNode: a node in a snapshot is
+	// replaced, never changed in place (Book and Unbook go to a Clone), so these two
+	// see every change. A cycle reads them instead of visiting every node.
+	counts NodeCounts
 }
+
+// NodeCounts count a snapshot's nodes by what lets a pod with no constraints skip
+// the inter-pod and taint checks: nodes holding a pod with scoring affinity terms,
+// nodes holding a pod with required anti-affinity, and nodes with a
+// PreferNoSchedule taint.
+type NodeCounts struct {
+	Affinity, AntiAffinity, SoftTainted int
+}
+
+// add adds sign times n's share of c.
+func (c *NodeCounts) add(n *Node, sign int) {
+	if n.AffinityPods > 0 {
+		c.Affinity += sign
+	}
+	if n.AntiAffinityPods > 0 {
+		c.AntiAffinity += sign
+	}
+	if n.SoftTainted() {
+		c.SoftTainted += sign
+	}
+}
+
+// CountNodes counts nodes from scratch, what NodeCounts keeps up to date.
+func CountNodes(nodes []*Node) NodeCounts {
+	var c NodeCounts
+	for _, n := range nodes {
+		c.add(n, 1)
+	}
+	return c
+}
+
+// NodeCounts returns the counts of the snapshot's nodes, in constant time.
+func (s *Snapshot) NodeCounts() NodeCounts { return s.counts }
 
 // NewSnapshot returns an empty snapshot.
 func NewSnapshot() *Snapshot {
@@ -120,7 +157,9 @@ func (s *Snapshot) AddNode(n *Node) {
 	if s.nodeIndex == nil {
 		s.nodeIndex = map[string]int{}
 	}
+	s.counts.add(n, 1)
 	if i, ok := s.nodeIndex[n.Name]; ok {
+		s.counts.add(s.Nodes[i], -1)
 		s.Nodes[i] = n
 		return
 	}
@@ -172,6 +211,7 @@ func (s *Snapshot) RemoveNode(name string) {
 	if !ok {
 		return
 	}
+	s.counts.add(s.Nodes[i], -1)
 	last := len(s.Nodes) - 1
 	if i != last {
 		s.Nodes[i] = s.Nodes[last]

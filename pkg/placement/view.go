@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/gantry-dev/gantry/pkg/model"
 )
 
@@ -50,16 +48,14 @@ type View struct {
 
 // NewView returns a root view of s. Committing it writes the changed nodes into s.
 func NewView(s *model.Snapshot) *View {
-	v := &View{snapshot: s, nodes: append([]*model.Node(nil), s.Nodes...)}
-	for _, n := range v.nodes {
-		v.count(n, 1)
-		for i := range n.Taints {
-			if n.Taints[i].Effect == corev1.TaintEffectPreferNoSchedule {
-				v.softTainted = true
-			}
-		}
+	c := s.NodeCounts()
+	return &View{
+		snapshot:      s,
+		nodes:         append([]*model.Node(nil), s.Nodes...),
+		affinityNodes: c.Affinity,
+		antiNodes:     c.AntiAffinity,
+		softTainted:   c.SoftTainted > 0,
 	}
-	return v
 }
 
 // count adds sign times n's share of affinityNodes and antiNodes.
