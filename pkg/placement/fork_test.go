@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand"
 	"testing"
+
+	"github.com/gantry-dev/gantry/pkg/model"
 )
 
 // TestForkKeepsEveryViewsState drives nested forks through random writes, commits
@@ -12,7 +14,16 @@ import (
 // committed forks recycled, and checks every open view against a model of what it
 // must hold after each step: its parent's state when forked, its own writes, and
 // its committed children's writes.
+//
+// A shared root (NewSharedView, as a cycle makes) must hold the same, and never
+// write the snapshot's own node list.
 func TestForkKeepsEveryViewsState(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) { forkKeepsEveryViewsState(t, shared) })
+	}
+}
+
+func forkKeepsEveryViewsState(t *testing.T, shared bool) {
 	const nodes = 40
 	var names []string
 	s := snapshotOf()
@@ -27,7 +38,12 @@ func TestForkKeepsEveryViewsState(t *testing.T) {
 		touched map[int]bool // nodes written since made or last committed
 	}
 	rng := rand.New(rand.NewSource(21))
-	stack := []*open{{v: NewView(s), pods: make([]int, nodes), touched: map[int]bool{}}}
+	root := NewView(s)
+	if shared {
+		root = NewSharedView(s)
+	}
+	snapNodes := append([]*model.Node(nil), s.Nodes...)
+	stack := []*open{{v: root, pods: make([]int, nodes), touched: map[int]bool{}}}
 	reused, forks := 0, 0
 	for step := 0; step < 20000; step++ {
 		top := stack[len(stack)-1]
@@ -63,6 +79,11 @@ func TestForkKeepsEveryViewsState(t *testing.T) {
 			stack = stack[:len(stack)-1]
 		case len(stack) > 1: // drop the top
 			stack = stack[:len(stack)-1]
+		}
+		for i, n := range s.Nodes {
+			if n != snapNodes[i] {
+				t.Fatalf("step %d: the snapshot's node %s was written by a view", step, names[i])
+			}
 		}
 		for depth, o := range stack {
 			for i := 0; i < nodes; i++ {
@@ -100,4 +121,39 @@ func TestForkCostsTheChanges(t *testing.T) {
 		}
 	}()
 	first.Assign(pod, Placement{Pod: pod.ID, Node: "b"})
+}
+
+// TestSharedViewCopiesOnceAGang: a cycle's root reads the snapshot's node list in
+// place; its first fork copies it, and the root takes that copy over on Commit
+// instead of copying its own. The counts the inter-pod checks read follow.
+func TestSharedViewCopiesOnceAGang(t *testing.T) {
+	s := snapshotOf(gpuNode("a", 1, "H100", 80*gib), gpuNode("b", 1, "H100", 80*gib))
+	root := NewSharedView(s)
+	if &root.nodes[0] != &s.Nodes[0] {
+		t.Fatal("a shared view copied the snapshot's node list before any write")
+	}
+	f := root.Fork()
+	list := &f.nodes[0]
+	pod := cpuPod("p", 1000, gib)
+	pod.Constraints = &model.Constraints{AntiAffinity: []model.AffinityTerm{{}}}
+	f.Assign(pod, Placement{Pod: pod.ID, Node: "b"})
+	f.Commit()
+	if &root.nodes[0] != list {
+		t.Fatal("the root copied the node list on its fork's Commit instead of taking the fork's")
+	}
+	if root.Node("b").Requested.Pods != 1 || s.Node("b").Requested.Pods != 0 {
+		t.Fatalf("root holds %d pods on b, the snapshot %d: want 1 and 0", root.Node("b").Requested.Pods, s.Node("b").Requested.Pods)
+	}
+	if root.antiNodes != 1 || root.affinityNodes != 0 {
+		t.Fatalf("root counts %d nodes with anti-affinity pods and %d with affinity ones, want 1 and 0", root.antiNodes, root.affinityNodes)
+	}
+	second := root.Fork()
+	second.Assign(cpuPod("q", 1000, gib), Placement{Pod: "ns/q", Node: "a"})
+	second.Commit()
+	if root.Node("a").Requested.Pods != 1 || root.Node("b").Requested.Pods != 1 {
+		t.Fatalf("after a second gang the root holds a=%d b=%d, want 1 and 1", root.Node("a").Requested.Pods, root.Node("b").Requested.Pods)
+	}
+	if s.Node("a").Requested.Pods != 0 || s.Node("b").Requested.Pods != 0 {
+		t.Fatal("the snapshot changed under a view that was never committed")
+	}
 }

@@ -187,7 +187,9 @@ func (s *Scheduler) ScheduleWithin(snap *model.Snapshot, skip func(model.GangID)
 func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip func(model.GangID) bool, bound Bound) *Plan {
 	plan := &Plan{}
 	s.Placer.ObserveSnapshot(order.observed(snap))
-	view := placement.NewView(snap)
+	// The snapshot holds still for the cycle (the caller's lock): the root view reads
+	// its node list in place until it is written.
+	view := placement.NewSharedView(snap)
 	shares, queueErr := order.Shares(snap)
 	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan, skip: skip, queueErr: queueErr}
 
