@@ -170,7 +170,16 @@ func TestAChangeAfterAQuietSpellIsNotDebounced(t *testing.T) {
 	r.binder = newFake(t, api)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The nodes' arrival left a change pending. Were the loop to run a cycle on it
+	// before the pod came (as it did in CI, under load), the pod's change would come
+	// within Debounce of that cycle and rightly wait: take it, so that the pod's
+	// change is the first the loop sees.
+	select {
+	case <-c.Changed():
+	default:
+	}
 	go r.Run(ctx)
+	time.Sleep(10 * time.Millisecond) // the loop waits for a change before the pod
 	c.UpsertPod(pendingGPUPod("alone", 1000))
 	select {
 	case got := <-bound:
