@@ -117,8 +117,9 @@ type NodeCounts struct {
 	Affinity, AntiAffinity, SoftTainted int
 }
 
-// add adds sign times n's share of c.
-func (c *NodeCounts) add(n *Node, sign int) {
+// Add adds sign times n's share of c: a view that replaces a node takes the old
+// one out (-1) and puts the new one in (+1).
+func (c *NodeCounts) Add(n *Node, sign int) {
 	if n.AffinityPods > 0 {
 		c.Affinity += sign
 	}
@@ -134,7 +135,7 @@ func (c *NodeCounts) add(n *Node, sign int) {
 func CountNodes(nodes []*Node) NodeCounts {
 	var c NodeCounts
 	for _, n := range nodes {
-		c.add(n, 1)
+		c.Add(n, 1)
 	}
 	return c
 }
@@ -157,9 +158,9 @@ func (s *Snapshot) AddNode(n *Node) {
 	if s.nodeIndex == nil {
 		s.nodeIndex = map[string]int{}
 	}
-	s.counts.add(n, 1)
+	s.counts.Add(n, 1)
 	if i, ok := s.nodeIndex[n.Name]; ok {
-		s.counts.add(s.Nodes[i], -1)
+		s.counts.Add(s.Nodes[i], -1)
 		s.Nodes[i] = n
 		return
 	}
@@ -211,7 +212,7 @@ func (s *Snapshot) RemoveNode(name string) {
 	if !ok {
 		return
 	}
-	s.counts.add(s.Nodes[i], -1)
+	s.counts.Add(s.Nodes[i], -1)
 	last := len(s.Nodes) - 1
 	if i != last {
 		s.Nodes[i] = s.Nodes[last]

@@ -141,7 +141,7 @@ type spreadState struct {
 // when none bears on it: it has no constraints and no placed pod has terms that
 // filter or score it.
 func newConstraintState(v *View, pod *model.Pod, terms *podTerms, cache *domainCache) *constraintState {
-	if pod.Constraints == nil && v.affinityNodes == 0 && v.antiNodes == 0 && !v.softTainted {
+	if pod.Constraints == nil && v.counts.Affinity == 0 && v.counts.AntiAffinity == 0 && v.counts.SoftTainted == 0 {
 		return nil
 	}
 	s := &constraintState{v: v, pod: pod, c: pod.Constraints, terms: terms, cache: cache}
@@ -151,7 +151,7 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms, cache *domainC
 	if nl := v.snapshot.NamespaceLabels; nl != nil {
 		s.nsLabels = nl[pod.Namespace()]
 	}
-	if v.antiNodes > 0 {
+	if v.counts.AntiAffinity > 0 {
 		s.existingAntiAffinity()
 	}
 	if len(s.c.Affinity)+len(s.c.AntiAffinity) > 0 {
@@ -161,14 +161,14 @@ func newConstraintState(v *View, pod *model.Pod, terms *podTerms, cache *domainC
 	if len(s.c.ExclusiveClaims) > 0 {
 		s.claimInUse = exclusiveClaimInUse(v, pod)
 	}
-	s.scoring = v.softTainted || len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity)+len(s.c.PreferredNodeAffinity) > 0
+	s.scoring = v.counts.SoftTainted > 0 || len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity)+len(s.c.PreferredNodeAffinity) > 0
 	for i := range s.c.Spread {
 		if !s.c.Spread[i].Hard {
 			s.scoring = true
 		}
 	}
 	// Placed pods' terms score this pod only if one of them selects it.
-	if !s.scoring && v.affinityNodes > 0 {
+	if !s.scoring && v.counts.Affinity > 0 {
 		s.scoring = len(s.interPodTopology()) > 0
 	}
 	return s

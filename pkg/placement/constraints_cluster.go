@@ -7,7 +7,7 @@ import "github.com/gantry-dev/gantry/pkg/model"
 // its ReadWriteOncePod claims, or placed pods' required anti-affinity. Feasible,
 // which looks at one node, cannot answer for such a pod; FitsOnNode can.
 func NeedsCluster(v *View, pod *model.Pod) bool {
-	if v.antiNodes > 0 {
+	if v.counts.AntiAffinity > 0 {
 		return true
 	}
 	c := pod.Constraints

@@ -91,7 +91,7 @@ func (s *constraintState) interPodTopology() map[string][]int64 {
 	s.topoDone = true
 	v := s.v
 	own := len(s.c.PreferredAffinity)+len(s.c.PreferredAntiAffinity) > 0
-	if !own && v.affinityNodes == 0 {
+	if !own && v.counts.Affinity == 0 {
 		return nil
 	}
 	topo := map[string][]int64{}
@@ -316,7 +316,7 @@ func (s *constraintState) nodeAffinityScores(v *View, cands []candidate) []int64
 // PreferNoSchedule taints the pod does not tolerate is better. Nil when no node has
 // such a taint.
 func (s *constraintState) taintScores(v *View, cands []candidate) []int64 {
-	if !v.softTainted {
+	if v.counts.SoftTainted == 0 {
 		return nil
 	}
 	var tolerations []corev1.Toleration

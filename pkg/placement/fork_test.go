@@ -144,8 +144,8 @@ func TestSharedViewCopiesOnceAGang(t *testing.T) {
 	if root.Node("b").Requested.Pods != 1 || s.Node("b").Requested.Pods != 0 {
 		t.Fatalf("root holds %d pods on b, the snapshot %d: want 1 and 0", root.Node("b").Requested.Pods, s.Node("b").Requested.Pods)
 	}
-	if root.antiNodes != 1 || root.affinityNodes != 0 {
-		t.Fatalf("root counts %d nodes with anti-affinity pods and %d with affinity ones, want 1 and 0", root.antiNodes, root.affinityNodes)
+	if root.counts.AntiAffinity != 1 || root.counts.Affinity != 0 {
+		t.Fatalf("root counts %d nodes with anti-affinity pods and %d with affinity ones, want 1 and 0", root.counts.AntiAffinity, root.counts.Affinity)
 	}
 	second := root.Fork()
 	second.Assign(cpuPod("q", 1000, gib), Placement{Pod: "ns/q", Node: "a"})

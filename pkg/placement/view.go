@@ -35,13 +35,9 @@ type View struct {
 	// indexes it once it is long enough for a scan to cost more than a map.
 	touched    []int
 	touchedSet map[int]struct{}
-	// affinityNodes and antiNodes count the nodes holding a pod with scoring
-	// affinity terms, and with required anti-affinity, so that a pod without
-	// constraints skips the inter-pod checks when there are none.
-	affinityNodes, antiNodes int
-	// softTainted is true when a node has a PreferNoSchedule taint, which every pod
-	// that does not tolerate it is scored against.
-	softTainted bool
+	// counts are the view's nodes counted by what lets a pod without constraints
+	// skip the inter-pod and PreferNoSchedule checks when no node calls for them.
+	counts model.NodeCounts
 	// volumes are the available PersistentVolumes that pods assigned in this view
 	// took for their WaitForFirstConsumer claims (Placement.Volumes), so that no
 	// other pod of the cycle takes one again; a fork's reach its parent on Commit,
@@ -52,14 +48,9 @@ type View struct {
 
 // NewView returns a root view of s. Committing it writes the changed nodes into s.
 func NewView(s *model.Snapshot) *View {
-	c := s.NodeCounts()
-	return &View{
-		snapshot:      s,
-		nodes:         append([]*model.Node(nil), s.Nodes...),
-		affinityNodes: c.Affinity,
-		antiNodes:     c.AntiAffinity,
-		softTainted:   c.SoftTainted > 0,
-	}
+	v := NewSharedView(s)
+	v.nodes, v.shared = slices.Clone(s.Nodes), false
+	return v
 }
 
 // NewSharedView is NewView for a snapshot that does not change while the view is in
@@ -69,34 +60,16 @@ func NewView(s *model.Snapshot) *View {
 // fork's list over when the fork commits, rather than copying its own (adopt). At
 // 5,000 nodes each copy was 40 KB and most of an idle cycle (BenchmarkBoundCycle).
 func NewSharedView(s *model.Snapshot) *View {
-	c := s.NodeCounts()
-	return &View{
-		snapshot:      s,
-		nodes:         s.Nodes,
-		shared:        true,
-		affinityNodes: c.Affinity,
-		antiNodes:     c.AntiAffinity,
-		softTainted:   c.SoftTainted > 0,
-	}
+	return &View{snapshot: s, nodes: s.Nodes, shared: true, counts: s.NodeCounts()}
 }
 
-// count adds sign times n's share of affinityNodes and antiNodes.
-func (v *View) count(n *model.Node, sign int) {
-	if n.AffinityPods > 0 {
-		v.affinityNodes += sign
-	}
-	if n.AntiAffinityPods > 0 {
-		v.antiNodes += sign
-	}
-}
-
-// setNode replaces the i-th node, keeping affinityNodes and antiNodes.
+// setNode replaces the i-th node, keeping counts.
 func (v *View) setNode(i int, n *model.Node) {
 	if v.shared {
 		v.nodes, v.shared = slices.Clone(v.nodes), false
 	}
-	v.count(v.nodes[i], -1)
-	v.count(n, 1)
+	v.counts.Add(v.nodes[i], -1)
+	v.counts.Add(n, 1)
 	v.nodes[i] = n
 	v.logWrite(i)
 }
@@ -108,12 +81,10 @@ func (v *View) setNode(i int, n *model.Node) {
 func (v *View) Fork() *View {
 	v.usable()
 	f := &View{
-		snapshot:      v.snapshot,
-		parent:        v,
-		nodes:         v.forkNodes(),
-		affinityNodes: v.affinityNodes,
-		antiNodes:     v.antiNodes,
-		softTainted:   v.softTainted,
+		snapshot: v.snapshot,
+		parent:   v,
+		nodes:    v.forkNodes(),
+		counts:   v.counts,
 	}
 	f.forkedAt, f.forkEpoch = len(v.written), v.epoch
 	return f
@@ -162,8 +133,8 @@ func (v *View) Commit() {
 // with the fork's writes. It does what setNode and touch would for each of them.
 func (v *View) adopt(f *View) {
 	for _, i := range f.touched {
-		v.count(v.nodes[i], -1)
-		v.count(f.nodes[i], 1)
+		v.counts.Add(v.nodes[i], -1)
+		v.counts.Add(f.nodes[i], 1)
 	}
 	v.nodes, v.shared = f.nodes, false
 	for _, i := range f.touched {
