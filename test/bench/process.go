@@ -254,11 +254,20 @@ func cpuSeconds(pid int) (float64, error) {
 	return (utime + stime) / clockTicks, nil
 }
 
-// cpuMeter measures the CPU time processes spend between start and stop.
+// cpuMeter measures the CPU time processes spend between start and stop, and the
+// machine's: all its CPUs busy (machineBusy) and the time its hypervisor gave them
+// to others while they wanted to run (machineSteal).
 type cpuMeter struct {
-	pids  map[string]int
-	start map[string]float64
+	pids    map[string]int
+	start   map[string]float64
+	machine machineCPU
 }
+
+// Names under which used reports the machine's CPU.
+const (
+	machineBusy  = "machine-busy"
+	machineSteal = "machine-steal"
+)
 
 func meterCPU(pids map[string]int) *cpuMeter {
 	m := &cpuMeter{pids: pids, start: map[string]float64{}}
@@ -267,10 +276,11 @@ func meterCPU(pids map[string]int) *cpuMeter {
 			m.start[name] = s
 		}
 	}
+	m.machine, _ = readMachineCPU()
 	return m
 }
 
-// used returns the CPU seconds each process spent since meterCPU.
+// used returns the CPU seconds each process spent since meterCPU, and the machine's.
 func (m *cpuMeter) used() map[string]float64 {
 	out := map[string]float64{}
 	for name, pid := range m.pids {
@@ -282,7 +292,44 @@ func (m *cpuMeter) used() map[string]float64 {
 			out[name] = s - begin
 		}
 	}
+	if now, err := readMachineCPU(); err == nil && m.machine.known {
+		out[machineBusy] = now.busy - m.machine.busy
+		out[machineSteal] = now.steal - m.machine.steal
+	}
 	return out
+}
+
+// machineCPU is the first line of /proc/stat in seconds: every CPU's time busy (user,
+// nice, system, irq, softirq) and stolen.
+type machineCPU struct {
+	busy, steal float64
+	known       bool
+}
+
+func readMachineCPU() (machineCPU, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return parseMachineCPU(line)
+}
+
+// parseMachineCPU reads "cpu user nice system idle iowait irq softirq steal ...".
+func parseMachineCPU(line string) (machineCPU, error) {
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineCPU{}, fmt.Errorf("/proc/stat: %q is not the cpu line", line)
+	}
+	var v [8]float64
+	for i := range v {
+		n, err := strconv.ParseFloat(f[i+1], 64)
+		if err != nil {
+			return machineCPU{}, fmt.Errorf("/proc/stat: field %d: %w", i+1, err)
+		}
+		v[i] = n / clockTicks
+	}
+	return machineCPU{busy: v[0] + v[1] + v[2] + v[5] + v[6], steal: v[7], known: true}, nil
 }
 
 // loadAverage is the machine's one-minute load average, to say how busy it was

@@ -64,6 +64,12 @@ type Result struct {
 	// is kwok's, where the control plane runs it.
 	HarnessCPUSeconds float64 `json:"harnessCPUSeconds,omitempty"`
 	KwokCPUSeconds    float64 `json:"kwokCPUSeconds,omitempty"`
+	// MachineBusySeconds is the CPU the whole machine spent over the run, every
+	// process and the kernel; MachineStealSeconds the CPU time its hypervisor gave
+	// to other machines while this one's wanted to run. Steady arrivals' latencies
+	// follow how busy the machine was, not only the scheduler.
+	MachineBusySeconds  float64 `json:"machineBusySeconds,omitempty"`
+	MachineStealSeconds float64 `json:"machineStealSeconds,omitempty"`
 	// CPUMillisPerPod is the scheduler's, kube-apiserver's and etcd's CPU time
 	// together per bound pod. On a machine shared with other work it is steadier
 	// than throughput, and on an otherwise idle one throughput is about the cores

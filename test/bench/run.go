@@ -32,7 +32,10 @@ type Options struct {
 	// Only, when set, runs just these of each scenario's schedulers.
 	Only []Scheduler
 	// Repeat runs every scenario this many times (1 when 0), alternating the
-	// schedulers, so that other work on the machine weighs on both alike.
+	// schedulers, so that other work on the machine weighs on both alike: the
+	// even repetitions run them in the reverse order (floor, gantry; gantry, floor;
+	// …), so that a machine growing busier or quieter over the runs does not favour
+	// the one that always runs first.
 	Repeat int
 	// Workers is how many goroutines create nodes and pods.
 	Workers int
@@ -143,7 +146,7 @@ func Run(ctx context.Context, scenarios []Scenario, opts Options) (*Report, erro
 		s := sc.Scaled(opts.Scale)
 		var results []Result
 		for run := 1; run <= opts.Repeat; run++ {
-			for _, sched := range s.runs(opts.Only) {
+			for _, sched := range s.order(opts.Only, run) {
 				if ctx.Err() != nil {
 					break
 				}

@@ -183,3 +183,44 @@ func TestDrain100kRunsKubeSchedulerOnlyOnRequest(t *testing.T) {
 		}
 	}
 }
+
+// The even repetitions run the schedulers in the reverse order, so that neither
+// always runs on the machine as the other left it.
+func TestRepetitionsAlternateTheOrder(t *testing.T) {
+	s, err := Select("drain-5k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := s[0].order(nil, 1), s[0].order(nil, 2)
+	if len(first) < 2 {
+		t.Fatalf("drain-5k runs %v, want the floor and gantry-scheduler", first)
+	}
+	if !slices.Equal(first, s[0].runs(nil)) || !slices.Equal(s[0].order(nil, 3), first) {
+		t.Errorf("odd repetitions run %v and %v, want the scenario's order %v", first, s[0].order(nil, 3), s[0].runs(nil))
+	}
+	reversed := slices.Clone(first)
+	slices.Reverse(reversed)
+	if !slices.Equal(second, reversed) {
+		t.Errorf("repetition 2 runs %v, want %v", second, reversed)
+	}
+}
+
+// The machine's CPU comes from /proc/stat's first line: busy is user, nice, system,
+// irq and softirq; steal is counted apart; idle and iowait are neither.
+func TestParseMachineCPU(t *testing.T) {
+	m, err := parseMachineCPU("cpu  282440 10 34109 593153 838 5 622 4748 0 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (282440.0 + 10 + 34109 + 5 + 622) / 100; m.busy != want || m.steal != 47.48 || !m.known {
+		t.Errorf("got busy %v steal %v, want %v and 47.48", m.busy, m.steal, want)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3"} {
+		if _, err := parseMachineCPU(bad); err == nil {
+			t.Errorf("parseMachineCPU(%q) took it", bad)
+		}
+	}
+	if _, err := readMachineCPU(); err != nil {
+		t.Errorf("this machine's /proc/stat: %v", err)
+	}
+}

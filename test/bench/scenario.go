@@ -109,6 +109,15 @@ func (s Scenario) runs(only []Scheduler) []Scheduler {
 	return out
 }
 
+// order is runs for repetition run (from 1): reversed on even repetitions.
+func (s Scenario) order(only []Scheduler, run int) []Scheduler {
+	out := s.runs(only)
+	if run%2 == 0 {
+		slices.Reverse(out)
+	}
+	return out
+}
+
 // Goals are what gantry-scheduler must reach in a scenario; zero means no goal.
 type Goals struct {
 	// MinRatio is gantry's pods/s over kube-scheduler's.

@@ -90,6 +90,7 @@ func startScheduler(ctx context.Context, env *testenv.Env, cfg *rest.Config, s S
 func (sc *running) finish(ctx context.Context, r *Result, bound int, used map[string]float64) {
 	r.APIServerCPUSeconds, r.EtcdCPUSeconds = round(used["kube-apiserver"], 1), round(used["etcd"], 1)
 	r.HarnessCPUSeconds, r.KwokCPUSeconds = round(used["harness"], 1), round(used["kwok"], 1)
+	r.MachineBusySeconds, r.MachineStealSeconds = round(used[machineBusy], 1), round(used[machineSteal], 1)
 	if sc.stopFloor != nil {
 		r.FloorErrors = int(sc.stopFloor())
 		sc.stopFloor = nil

@@ -93,8 +93,13 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, c *gcache.Cache, lo
 		return err
 	}
 	errs := []error{
-		add(on(pods, c.UpsertPod, func(p *corev1.Pod) { c.DeletePod(p.Namespace, p.Name) })),
-		add(on(pods, inf.waiting.upsert, inf.waiting.remove)),
+		// One handler for both, the waiting count first: each handler of an informer
+		// is two goroutines woken for every event, and at 100 pods/s the second one
+		// was four wake-ups a pod for a counter (issue 21). A cache stuck under its
+		// lock still has the first pod that waits on it counted.
+		add(on(pods,
+			func(p *corev1.Pod) { inf.waiting.upsert(p); c.UpsertPod(p) },
+			func(p *corev1.Pod) { inf.waiting.remove(p); c.DeletePod(p.Namespace, p.Name) })),
 		add(on(nodes, c.UpsertNode, func(n *corev1.Node) { c.DeleteNode(n.Name) })),
 		add(on(inf.core.Scheduling().V1().PriorityClasses().Informer(),
 			func(pc *schedv1.PriorityClass) { upsertPriorityClass(c, pc) },

@@ -8,9 +8,9 @@ import (
 )
 
 // waiting counts the pods of this scheduler that wait for a node, straight from the
-// pod informer's events and under its own lock, not the cache's: liveness asks it
-// whether a stalled loop leaves work undone, and must get an answer even when the
-// loop is stuck holding the cache.
+// pod informer's events (before the cache hears of them) and under its own lock, not
+// the cache's: liveness asks it whether a stalled loop leaves work undone, and must
+// get an answer even when the loop is stuck holding the cache.
 type waiting struct {
 	serves func(schedulerName string) bool
 	mu     sync.Mutex
