@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -117,6 +118,10 @@ type Runner struct {
 	// (queue.go); pumping says whether a goroutine is handing them out.
 	binds   []queuedBatch
 	pumping bool
+	// idleWorker hands a batch to a bind worker waiting for one (startBind);
+	// idleWorkers counts those waiting.
+	idleWorker  chan queuedBatch
+	idleWorkers atomic.Int64
 	// batchSlots bounds the batches being bound at once (BindWorkers), so that a
 	// backlog of 100,000 pods is 100,000 entries of a queue, not 100,000 goroutines.
 	batchSlots *semaphore.Weighted
@@ -158,6 +163,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		budget:       firstBudget,
 		minBudget:    minBudget,
 		ready:        make(chan struct{}, 1),
+		idleWorker:   make(chan queuedBatch),
 		rt:           newRuntimeSampler(),
 	}
 }
