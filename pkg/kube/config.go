@@ -29,7 +29,7 @@ type Config struct {
 	// EvictionQPS and EvictionBurst bound evictions (default 10 and 100).
 	EvictionQPS   float32 `json:"evictionQPS,omitempty"`
 	EvictionBurst int     `json:"evictionBurst,omitempty"`
-	// BindWorkers is how many bindings are in flight at once (default 64).
+	// BindWorkers is how many bindings are in flight at once (default 32).
 	BindWorkers int `json:"bindWorkers,omitempty"`
 	// DefaultQueue is the queue that pods with no queue label are charged to, so that
 	// its quota and limit apply to them (default "default", as in KAI Scheduler).
@@ -161,7 +161,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("evictionBurst: %d is negative: write a positive whole number, or leave it out for the default (100)", c.EvictionBurst))
 	}
 	if c.BindWorkers < 0 || c.BindWorkers > maxBindWorkers {
-		errs = append(errs, fmt.Errorf("bindWorkers: %d: write a whole number from 1 to %d, or leave it out for the default (64)", c.BindWorkers, maxBindWorkers))
+		errs = append(errs, fmt.Errorf("bindWorkers: %d: write a whole number from 1 to %d, or leave it out for the default (32)", c.BindWorkers, maxBindWorkers))
 	}
 	if c.DefaultQueue != "" {
 		if msgs := validation.IsDNS1123Subdomain(c.DefaultQueue); len(msgs) > 0 {

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -330,6 +332,20 @@ func parseMachineCPU(line string) (machineCPU, error) {
 		v[i] = n / clockTicks
 	}
 	return machineCPU{busy: v[0] + v[1] + v[2] + v[5] + v[6], steal: v[7], known: true}, nil
+}
+
+// speedProbe is the milliseconds one goroutine takes to hash 16 MiB with SHA-256,
+// the best of three: the machine's speed for one core at the time, to tell a slow
+// machine from a slow scheduler.
+func speedProbe() float64 {
+	buf := make([]byte, 16<<20)
+	best := time.Duration(math.MaxInt64)
+	for range 3 {
+		start := time.Now()
+		sha256.Sum256(buf)
+		best = min(best, time.Since(start))
+	}
+	return round(float64(best)/float64(time.Millisecond), 1)
 }
 
 // loadAverage is the machine's one-minute load average, to say how busy it was

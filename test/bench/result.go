@@ -82,6 +82,11 @@ type Result struct {
 	EventReasons map[string]int `json:"eventReasons,omitempty"`
 	// LoadAverage is the machine's one-minute load average when the scheduler started.
 	LoadAverage float64 `json:"loadAverage"`
+	// SpeedProbeMs is how long one goroutine took, just before the scheduler
+	// started, to hash a fixed 16 MiB (speedProbe): on a shared host the same work
+	// costs more CPU time at some hours than at others, which steal time does not
+	// show, and a pair of runs compares fairly only on probes alike.
+	SpeedProbeMs float64 `json:"speedProbeMs,omitempty"`
 	Status      string  `json:"status"`
 	// OfFloor is PodsPerSecond over the floor's in the same run of the scenario
 	// (WallOfFloor the same from the start); for steady arrivals, the create → bound

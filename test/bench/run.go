@@ -232,6 +232,7 @@ func measure(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kub
 		opts.logf("%s %s: starting the scheduler on a backlog of %d pods", s.Name, sched.Label(), s.Pods)
 	}
 	r.LoadAverage = loadAverage()
+	r.SpeedProbeMs = speedProbe()
 	components := env.PIDs()
 	// The harness's own CPU: the pods' creation and the recorder's informer in every
 	// run, and the floor's binder in the floor's. With the API server, etcd and the

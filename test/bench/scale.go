@@ -140,7 +140,7 @@ func WriteScaleTable(w io.Writer, results []Result) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\trun\tscheduler\tpods/s\tof floor\tfrom start\tof floor\tp50 s\tp90 s\tp99 s\tmax s\tp99 of floor\tarrived/s\tcycles\tcycle p50/p99/max ms\tpods/cycle (max)\tin flight at cycle start (dry)\tgoroutines\tVmHWM MiB\tload\tmachine CPU s (stolen)\twatches closed\t")
+	fmt.Fprintln(tw, "scenario\trun\tscheduler\tpods/s\tof floor\tfrom start\tof floor\tp50 s\tp90 s\tp99 s\tmax s\tp99 of floor\tarrived/s\tcycles\tcycle p50/p99/max ms\tpods/cycle (max)\tin flight at cycle start (dry)\tgoroutines\tVmHWM MiB\tload\tspeed probe ms\tmachine CPU s (stolen)\twatches closed\t")
 	for _, r := range results {
 		lat := "\t\t\t\t\t\t"
 		if l := r.Latency; l != nil {
@@ -154,8 +154,8 @@ func WriteScaleTable(w io.Writer, results []Result) {
 		if c := r.Cycles; c != nil {
 			cyc = fmt.Sprintf("%d\t%.1f/%.1f/%.1f\t%.1f (%d)\t%.1f (%.0f%%)\t", c.Cycles, c.P50Ms, c.P99Ms, c.MaxMs, c.PodsPerCycle, c.MaxPodsPerCycle, c.InFlightMean, c.DryStartShare*100)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s%s%s\t%s\t%.1f\t%.1f (%.1f)\t%s\t\n", r.Scenario, r.Run, r.Scheduler, thr, lat, cyc,
-			blankZero(float64(r.Goroutines), "%.0f"), blankZero(r.HWMMiB, "%.0f"), r.LoadAverage, r.MachineBusySeconds, r.MachineStealSeconds,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s%s%s\t%s\t%.1f\t%s\t%.1f (%.1f)\t%s\t\n", r.Scenario, r.Run, r.Scheduler, thr, lat, cyc,
+			blankZero(float64(r.Goroutines), "%.0f"), blankZero(r.HWMMiB, "%.0f"), r.LoadAverage, blankZero(r.SpeedProbeMs, "%.0f"), r.MachineBusySeconds, r.MachineStealSeconds,
 			closedList(r.ClosedWatches))
 	}
 	tw.Flush()

@@ -68,10 +68,15 @@ type binder struct {
 	// inFlight counts the pods between taking a slot and their result: what the
 	// cycle log reports, to tell whether the pipeline ran dry between cycles.
 	inFlight atomic.Int64
+	// pool runs the batches (Runner.startBind) and the members of a gang after
+	// the first (bindAll): at most workers of each at once, so at most twice that
+	// wait for work.
+	pool *workerPool
 }
 
 func newBinder(client kubernetes.Interface, workers int) *binder {
-	return &binder{client: client, workers: workers, slots: semaphore.NewWeighted(int64(workers)), backoff: retry.DefaultBackoff}
+	return &binder{client: client, workers: workers, slots: semaphore.NewWeighted(int64(workers)), backoff: retry.DefaultBackoff,
+		pool: newWorkerPool(2 * workers)}
 }
 
 // bind allocates the pod's claims and posts its Binding, retrying errors that say
@@ -225,15 +230,15 @@ func (b *binder) bindAll(ctx context.Context, reqs []cache.BindRequest) []result
 			defer b.inFlight.Add(-1)
 			out[start+i] = b.bind(ctx, chunk[i])
 		}
-		// The first member is bound on this goroutine, the others each on one of
-		// their own: a single pod, the most common batch, starts no goroutine.
+		// The first member is bound on this goroutine, the others each on a
+		// worker of the pool: a single pod, the most common batch, hands nothing.
 		var wg sync.WaitGroup
 		for i := 1; i < len(chunk); i++ {
 			wg.Add(1)
-			go func() {
+			b.pool.run(ctx, func() {
 				defer wg.Done()
 				one(i)
-			}()
+			})
 		}
 		one(0)
 		wg.Wait()

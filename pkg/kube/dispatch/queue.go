@@ -73,33 +73,7 @@ func (r *Runner) pumpBinds() {
 	}
 }
 
-// startBind hands a batch, its slot taken, to an idle bind worker, or starts one.
-// A worker that is done waits for the next batch, until the context of its last
-// batch ends; no more than BindWorkers wait at once. A goroutine per batch grew its
-// stack through client-go's call chain on every Binding: at 100 pods/s the stack
-// copies were 3 % of gantry-scheduler's CPU (issue 21).
+// startBind hands a batch, its slot taken, to a bind worker (workerPool).
 func (r *Runner) startBind(q queuedBatch) {
-	select {
-	case r.idleWorker <- q:
-	default:
-		go r.bindWorker(q)
-	}
-}
-
-// bindWorker binds q, then each batch handed to it.
-func (r *Runner) bindWorker(q queuedBatch) {
-	for {
-		r.bindInSlot(q.ctx, q.batch)
-		if r.idleWorkers.Add(1) > int64(r.opts.BindWorkers) {
-			r.idleWorkers.Add(-1)
-			return
-		}
-		select {
-		case q = <-r.idleWorker:
-			r.idleWorkers.Add(-1)
-		case <-q.ctx.Done():
-			r.idleWorkers.Add(-1)
-			return
-		}
-	}
+	r.binder.pool.run(q.ctx, func() { r.bindInSlot(q.ctx, q.batch) })
 }

@@ -107,41 +107,53 @@ func heldBinds(t *testing.T, n int) (r *Runner, order chan string, release chan 
 	return r, order, release
 }
 
-// Batches bound one after another reuse the worker that bound the last: a goroutine
-// per batch grew a new stack through client-go on every Binding. The workers waiting
-// for a batch leave when its context ends.
+// Batches bound one after another reuse the goroutines that bound the last, their
+// gangs' members included: a goroutine per batch and per member grew a new stack
+// through client-go on every Binding. The goroutines waiting for work leave when the
+// context of their last batch ends.
 func TestBindWorkersAreReused(t *testing.T) {
-	goroutines := make(chan string, 1)
-	api := &fakeAPI{bind: func(string, int) error {
-		goroutines <- goroutineID()
-		return nil
-	}}
-	r := New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(10), nil, Options{BindWorkers: 4})
-	r.binder = newFake(t, api)
-	ctx, cancel := context.WithCancel(context.Background())
-	seen := map[string]bool{}
-	const batches = 100
-	for i := range batches {
-		r.queueBinds(ctx, []cache.Batch{{Min: 1, Reqs: []cache.BindRequest{req(fmt.Sprintf("p%03d", i), "n")}}})
-		seen[<-goroutines] = true
-		// Wait until the batch has let its slot go, as the next cycle would come.
-		for deadline := time.Now().Add(10 * time.Second); !r.batchSlots.TryAcquire(4); time.Sleep(100 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("batch %d never let its slot go", i)
+	for _, members := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d pods a batch", members), func(t *testing.T) {
+			goroutines := make(chan string, members)
+			api := &fakeAPI{bind: func(string, int) error {
+				goroutines <- goroutineID()
+				return nil
+			}}
+			r := New(cache.New([]string{"s"}, &gang.StaticLookup{}, ""), nil, nil, events.NewFakeRecorder(10), nil, Options{BindWorkers: 4})
+			r.binder = newFake(t, api)
+			ctx, cancel := context.WithCancel(context.Background())
+			seen := map[string]bool{}
+			const batches = 100
+			for i := range batches {
+				b := cache.Batch{Min: members}
+				for m := range members {
+					b.Reqs = append(b.Reqs, req(fmt.Sprintf("p%03d-%d", i, m), "n"))
+				}
+				r.queueBinds(ctx, []cache.Batch{b})
+				for range members {
+					seen[<-goroutines] = true
+				}
+				// Wait until the batch has let its slot go, as the next cycle would come.
+				for deadline := time.Now().Add(10 * time.Second); !r.batchSlots.TryAcquire(4); time.Sleep(100 * time.Microsecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("batch %d never let its slot go", i)
+					}
+				}
+				r.batchSlots.Release(4)
 			}
-		}
-		r.batchSlots.Release(4)
-	}
-	// A worker between letting its slot go and waiting for the next batch misses
-	// it, and one more starts; a goroutine per batch would be 100.
-	if len(seen) > 10 {
-		t.Errorf("%d batches bound one after another on %d goroutines, want a few", batches, len(seen))
-	}
-	cancel()
-	for deadline := time.Now().Add(10 * time.Second); r.idleWorkers.Load() != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d workers still wait after their context ended", r.idleWorkers.Load())
-		}
+			// A worker between finishing and waiting for the next function misses
+			// it, and one more starts; a goroutine per batch and member would be
+			// 100 × (members - 1) and more.
+			if len(seen) > 10+members {
+				t.Errorf("%d batches of %d bound one after another on %d goroutines, want a few", batches, members, len(seen))
+			}
+			cancel()
+			for deadline := time.Now().Add(10 * time.Second); r.binder.pool.waiting.Load() != 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d workers still wait after their context ended", r.binder.pool.waiting.Load())
+				}
+			}
+		})
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -58,7 +57,11 @@ type Options struct {
 
 func (o *Options) defaults() {
 	if o.BindWorkers <= 0 {
-		o.BindWorkers = 64
+		// 32, as the floor's binder (test/bench/floor.go): on 2 cores the API
+		// server binds no faster with 64 in flight, and drained 5,000 pods at a
+		// median 0.96 of the floor with 32 against 0.85 with 64, six runs each
+		// (session 16, docs/benchmarks.md), holding 25 MiB less.
+		o.BindWorkers = 32
 	}
 	if o.EvictionQPS <= 0 {
 		o.EvictionQPS = 10
@@ -118,10 +121,6 @@ type Runner struct {
 	// (queue.go); pumping says whether a goroutine is handing them out.
 	binds   []queuedBatch
 	pumping bool
-	// idleWorker hands a batch to a bind worker waiting for one (startBind);
-	// idleWorkers counts those waiting.
-	idleWorker  chan queuedBatch
-	idleWorkers atomic.Int64
 	// batchSlots bounds the batches being bound at once (BindWorkers), so that a
 	// backlog of 100,000 pods is 100,000 entries of a queue, not 100,000 goroutines.
 	batchSlots *semaphore.Weighted
@@ -163,7 +162,6 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		budget:       firstBudget,
 		minBudget:    minBudget,
 		ready:        make(chan struct{}, 1),
-		idleWorker:   make(chan queuedBatch),
 		rt:           newRuntimeSampler(),
 	}
 }
