@@ -87,7 +87,7 @@ type Result struct {
 	// costs more CPU time at some hours than at others, which steal time does not
 	// show, and a pair of runs compares fairly only on probes alike.
 	SpeedProbeMs float64 `json:"speedProbeMs,omitempty"`
-	Status      string  `json:"status"`
+	Status       string  `json:"status"`
 	// OfFloor is PodsPerSecond over the floor's in the same run of the scenario
 	// (WallOfFloor the same from the start); for steady arrivals, the create → bound
 	// p99 over the floor's.
