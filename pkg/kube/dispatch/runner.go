@@ -60,7 +60,7 @@ func (o *Options) defaults() {
 		// 32, as the floor's binder (test/bench/floor.go): on 2 cores the API
 		// server binds no faster with 64 in flight, and drained 5,000 pods at a
 		// median 0.96 of the floor with 32 against 0.85 with 64, six runs each
-		// (session 16, docs/benchmarks.md), holding 25 MiB less.
+		// (session 16, docs/benchmarks.md).
 		o.BindWorkers = 32
 	}
 	if o.EvictionQPS <= 0 {
