@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -54,6 +55,7 @@ func main() {
 		configPath     = flag.String("config", "", "policy file (YAML): policy, preemption, minRuntime, evictionQPS, evictionBurst, bindWorkers")
 		webhookAddr    = flag.String("webhook-bind-address", "", "serve the Queue validating and pod defaulting webhooks here (TLS); empty disables")
 		webhookCertDir = flag.String("webhook-cert-dir", "/etc/gantry/webhook", "directory with tls.crt and tls.key for the webhooks")
+		cycleTrace     = flag.String("cycle-trace", "", "write one tab-separated line per scheduling cycle to this file: its start (Unix microseconds), its time (microseconds), the pods and gangs it sent to bind, the gangs left pending, the binds in flight at its start, its pod budget and the gangs it deferred; buffered, flushed about once a second. For benchmarks and diagnosis; the --v=4 Cycle log line says the same and more at several times the cost. Empty (the default) disables")
 		profilingAddr  = flag.String("profiling-address", "", "serve Go's pprof profiles (CPU, heap, block, mutex, goroutine) at /debug/pprof/ on this address, e.g. 127.0.0.1:6060; also turns on block and mutex sampling. Empty (the default) disables")
 	)
 	flag.Var(&schedulerNames, "scheduler-name", "schedulerName of the pods to serve; repeatable (default gantry-scheduler)")
@@ -70,7 +72,17 @@ func main() {
 		os.Exit(1)
 	}
 	metrics := metricsOptions{addr: *metricsAddr, secure: *metricsSecure, certDir: *metricsCertDir}
-	if err := run(*kubeconfig, schedulerNames, *leaderElect, *leaseNamespace, *leaseName, float32(*qps), *burst, metrics, *probeAddr, *configPath, *webhookAddr, *webhookCertDir); err != nil {
+	var trace io.Writer
+	if *cycleTrace != "" {
+		f, err := os.Create(*cycleTrace)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gantry-scheduler: --cycle-trace:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		trace = f
+	}
+	if err := run(*kubeconfig, schedulerNames, *leaderElect, *leaseNamespace, *leaseName, float32(*qps), *burst, metrics, *probeAddr, *configPath, *webhookAddr, *webhookCertDir, trace); err != nil {
 		fmt.Fprintln(os.Stderr, "gantry-scheduler:", err)
 		os.Exit(1)
 	}
@@ -80,7 +92,7 @@ func main() {
 // annotations into DRA claims (pkg/webhook.PodDefaulter.Templates).
 var annotationShareClaims = flag.Bool("annotation-share-claims", false, "pod webhook: turn a gantry.dev/gpu-memory or gantry.dev/gpu-fraction annotation into a gpu.gantry.dev ResourceClaim (from a ResourceClaimTemplate it creates in the pod's namespace) that the node agent prepares, once some node publishes gpu.gantry.dev GPUs; refuses such a pod that also requests nvidia.com/gpu; records the pods using each template as its owners, so that the garbage collector deletes it once they are gone; needs get, create and patch on resourceclaimtemplates")
 
-func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metrics metricsOptions, probeAddr, configPath, webhookAddr, webhookCertDir string) error {
+func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseNamespace, leaseName string, qps float32, burst int, metrics metricsOptions, probeAddr, configPath, webhookAddr, webhookCertDir string, trace io.Writer) error {
 	cfg, err := kube.LoadConfig(configPath)
 	if err != nil {
 		return err
@@ -141,7 +153,7 @@ func run(kubeconfig string, schedulerNames []string, leaderElect bool, leaseName
 		ready.Store(false)
 		err := kube.Run(ctx, kube.Options{
 			RestConfig: restCfg, SchedulerNames: schedulerNames, Config: cfg, Registry: reg,
-			Ready: func() { ready.Store(true) }, Liveness: live,
+			Ready: func() { ready.Store(true) }, Liveness: live, CycleTrace: trace,
 		})
 		if err != nil {
 			klog.ErrorS(err, "Scheduler stopped")

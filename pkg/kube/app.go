@@ -18,6 +18,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -51,6 +52,8 @@ type Options struct {
 	// Liveness, when set, is told of every completed cycle and of the pods that
 	// wait, so that the health probe fails when the loop stalls (cmd/scheduler).
 	Liveness *Liveness
+	// CycleTrace, when set, gets one line per scheduling cycle (dispatch.Options.Trace).
+	CycleTrace io.Writer
 }
 
 // Run schedules until ctx ends: informers, the cycle loop and the status reporter.
@@ -122,6 +125,7 @@ func Run(ctx context.Context, o Options) error {
 		BindWorkers: o.Config.BindWorkers, EvictionQPS: o.Config.EvictionQPS, EvictionBurst: o.Config.EvictionBurst,
 		Cycled: cycled,
 		Events: scheduled,
+		Trace:  o.CycleTrace,
 	})
 	status := report.New(c, sched, dyn, m, lookup.PodGroups, runner.Pending)
 	go status.Run(ctx, 2*time.Second)

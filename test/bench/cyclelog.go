@@ -3,15 +3,14 @@ package bench
 import (
 	"bufio"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// CycleStats are gantry-scheduler's cycles as its log tells them (one "Cycle" line
-// each at --v=4, pkg/kube/dispatch.CycleLogLevel).
+// CycleStats are gantry-scheduler's cycles as its cycle trace tells them
+// (--cycle-trace: one line per cycle, pkg/kube/dispatch's cycleTrace).
 type CycleStats struct {
 	Cycles int `json:"cycles"`
 	// Cycle time percentiles and maximum, in milliseconds.
@@ -32,17 +31,14 @@ type CycleStats struct {
 	InFlightBySecond []float64 `json:"inFlightBySecond,omitempty"`
 }
 
-var cycleField = regexp.MustCompile(`(\w+)=(\d+)`)
-
-// cycleLine is one parsed "Cycle" line.
+// cycleLine is one cycle of the trace.
 type cycleLine struct {
 	at                            time.Time
 	micros, pods, pending, flight int
 }
 
-// parseCycleLog reads the "Cycle" lines of a gantry-scheduler log. A log without
-// any (a scheduler run below --v=4, or another scheduler) gives nil.
-func parseCycleLog(path string) (*CycleStats, error) {
+// parseCycleTrace reads a gantry-scheduler cycle trace. An empty trace gives nil.
+func parseCycleTrace(path string) (*CycleStats, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -50,9 +46,8 @@ func parseCycleLog(path string) (*CycleStats, error) {
 	defer f.Close()
 	var lines []cycleLine
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if l, ok := parseCycleLine(sc.Text()); ok {
+		if l, ok := parseTraceLine(sc.Text()); ok {
 			lines = append(lines, l)
 		}
 	}
@@ -62,31 +57,22 @@ func parseCycleLog(path string) (*CycleStats, error) {
 	return cycleStats(lines), nil
 }
 
-// parseCycleLine reads `I1201 12:44:21.123456   1234 runner.go:160] "Cycle" micros=…`.
-func parseCycleLine(s string) (cycleLine, bool) {
-	i := strings.Index(s, `] "Cycle" `)
-	if i < 0 || len(s) < 21 {
+// parseTraceLine reads `start-µs<TAB>micros<TAB>pods<TAB>gangs<TAB>pending<TAB>inFlight…`;
+// fields after these may be added.
+func parseTraceLine(s string) (cycleLine, bool) {
+	f := strings.Split(s, "\t")
+	if len(f) < 6 {
 		return cycleLine{}, false
 	}
-	at, err := time.Parse("0102 15:04:05.000000", s[1:21])
-	if err != nil {
-		return cycleLine{}, false
-	}
-	l := cycleLine{at: at}
-	for _, m := range cycleField.FindAllStringSubmatch(s[i:], -1) {
-		v, _ := strconv.Atoi(m[2])
-		switch m[1] {
-		case "micros":
-			l.micros = v
-		case "pods":
-			l.pods = v
-		case "pending":
-			l.pending = v
-		case "inFlight":
-			l.flight = v
+	var v [6]int64
+	for i := range v {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return cycleLine{}, false
 		}
+		v[i] = n
 	}
-	return l, true
+	return cycleLine{at: time.UnixMicro(v[0]), micros: int(v[1]), pods: int(v[2]), pending: int(v[4]), flight: int(v[5])}, true
 }
 
 func cycleStats(lines []cycleLine) *CycleStats {

@@ -272,11 +272,18 @@ func measure(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kub
 			opts.logf("%s %s: in-process scheduler: %v", s.Name, sched.Label(), err)
 		}
 	}
+	exited := sc.proc != nil && sc.proc.exited() != nil
+	var exitErr error
+	if exited {
+		exitErr = sc.proc.exited()
+	}
+	sc.stop()
+	sc.cycles(r)
 	switch {
 	case waitErr != nil:
 		r.Status = waitErr.Error()
-	case sc.proc != nil && sc.proc.exited() != nil:
-		r.Status = sc.proc.exited().Error()
+	case exited:
+		r.Status = exitErr.Error()
 	}
 	return inspect(ctx, client, s, sched, logDir, r)
 }

@@ -69,16 +69,17 @@ func TestScaleScenariosFit(t *testing.T) {
 	}
 }
 
-func TestCycleLog(t *testing.T) {
+func TestCycleTrace(t *testing.T) {
 	lines := []string{
-		`I1201 12:44:21.100000   1234 runner.go:160] "Cycle" micros=1500 pods=10 gangs=10 pending=0 inFlight=0`,
-		`I1201 12:44:21.300000   1234 runner.go:160] "Cycle" micros=500 pods=0 gangs=0 pending=2 inFlight=30`,
-		`I1201 12:44:22.500000   1234 runner.go:160] "Cycle" micros=100000 pods=30 gangs=3 pending=0 inFlight=60`,
-		`I1201 12:44:22.600000   1234 informers.go:10] "Something else" micros=7`,
+		"1764593061100000\t1500\t10\t10\t0\t0\t256\t0",
+		"1764593061300000\t500\t0\t0\t2\t30\t256\t0",
+		"1764593062500000\t100000\t30\t3\t0\t60\t512\t1",
+		"not a cycle",
+		"1764593062600000\t7",
 	}
 	var parsed []cycleLine
 	for _, l := range lines {
-		if c, ok := parseCycleLine(l); ok {
+		if c, ok := parseTraceLine(l); ok {
 			parsed = append(parsed, c)
 		}
 	}

@@ -11,6 +11,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -53,6 +54,9 @@ type Options struct {
 	// at once aims to take (budget.go); it places no more gangs once it has run half
 	// of it. 0 means 40 ms.
 	CycleTarget time.Duration
+	// Trace, when set, gets one line per cycle (cycleTrace, cyclestats.go),
+	// buffered and flushed about once a second and when Run returns.
+	Trace io.Writer
 }
 
 func (o *Options) defaults() {
@@ -139,6 +143,8 @@ type Runner struct {
 	// rt reads the Go runtime's metrics around a cycle for its log line
 	// (cyclestats.go); only the cycle loop uses it.
 	rt *runtimeSampler
+	// trace writes each cycle's line when Options.Trace is set (cyclestats.go).
+	trace *cycleTrace
 }
 
 // New wires a runner.
@@ -163,6 +169,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 		minBudget:    minBudget,
 		ready:        make(chan struct{}, 1),
 		rt:           newRuntimeSampler(),
+		trace:        newCycleTrace(opts.Trace),
 	}
 }
 
@@ -171,6 +178,7 @@ func New(c *cache.Cache, sched *scheduler.Scheduler, client kubernetes.Interface
 func (r *Runner) Run(ctx context.Context) {
 	tick := time.NewTicker(r.opts.Resync)
 	defer tick.Stop()
+	defer r.trace.flush()
 	var lastCycle time.Time
 	for {
 		select {
@@ -261,8 +269,13 @@ func (r *Runner) Cycle(ctx context.Context) *scheduler.Plan {
 	}
 	r.publishMix()
 	r.resize(prep.Plan, took)
-	if logged {
-		logCycle(cycleReport{took: took, inFlight: inFlight, budget: budget, prep: prep, d: d, rt: r.rt.stop()})
+	if logged || r.trace != nil {
+		c := cycleReport{start: start, took: took, inFlight: inFlight, budget: budget, prep: prep, d: d}
+		if logged {
+			c.rt = r.rt.stop()
+			logCycle(c)
+		}
+		r.trace.record(c)
 	}
 	// Every preemption decision at the default level: who, which victims, what they
 	// free against what was needed, and why these victims (issue 19).
