@@ -47,7 +47,7 @@ func (v *View) logWrite(i int) {
 func (v *View) forkNodes() []*model.Node {
 	nodes := v.spare
 	if nodes == nil {
-		return append([]*model.Node(nil), v.nodes...)
+		return copyNodes(v.nodes)
 	}
 	v.spare = nil
 	for _, i := range v.written[v.spareAt:] {

@@ -157,3 +157,42 @@ func TestSharedViewCopiesOnceAGang(t *testing.T) {
 		t.Fatal("the snapshot changed under a view that was never committed")
 	}
 }
+
+// TestDoneListServesTheNextCycle: a cycle's root view, once done, hands the node
+// list it made to the next cycle's first copy, cleared while it waits; the next
+// cycle's views hold the snapshot's nodes, not the last cycle's writes. A view that
+// is done cannot be used.
+func TestDoneListServesTheNextCycle(t *testing.T) {
+	s := snapshotOf(gpuNode("a", 1, "H100", 80*gib), gpuNode("b", 1, "H100", 80*gib))
+	first := NewSharedView(s)
+	f := first.Fork()
+	list := &f.nodes[0]
+	pod := cpuPod("p", 1000, gib)
+	f.Assign(pod, Placement{Pod: pod.ID, Node: "a"})
+	f.Commit()
+	kept := first.nodes
+	first.Done()
+	if kept[0] != nil || kept[1] != nil {
+		t.Fatal("a list kept for the next cycle still holds its nodes")
+	}
+	next := NewSharedView(s)
+	g := next.Fork()
+	if &g.nodes[0] != list {
+		t.Fatal("the next cycle's first fork allocated a node list instead of taking the last cycle's")
+	}
+	if g.Node("a").Requested.Pods != 0 || g.Node("b") != s.Node("b") {
+		t.Fatalf("the recycled list holds a=%d pods, want the snapshot's 0", g.Node("a").Requested.Pods)
+	}
+	g.Assign(pod, Placement{Pod: pod.ID, Node: "b"})
+	g.Commit()
+	if next.Node("b").Requested.Pods != 1 || s.Node("b").Requested.Pods != 0 {
+		t.Fatal("a write to the recycled list reached the snapshot, or not the view")
+	}
+	next.Done()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a view could still be read once done")
+		}
+	}()
+	first.Node("a")
+}

@@ -258,7 +258,10 @@ func (c *cursor) fill() {
 		c.done = true
 		return
 	}
-	buf := make([]orderKey, 0, cursorChunk)
+	// Sized for what the queue holds: under steady arrivals a queue holds a gang
+	// or two, and a whole chunk (4 KB) a queue a cycle was 3.5 % of
+	// gantry-scheduler's allocations at 100 pods/s (session 17).
+	buf := make([]orderKey, 0, min(cursorChunk, c.q.tree.Len()))
 	visit := func(k orderKey) bool {
 		if c.begun && !c.last.less(k) {
 			return true // the last key read, seen again

@@ -190,6 +190,7 @@ func (s *Scheduler) ScheduleOrdered(snap *model.Snapshot, order *Order, skip fun
 	// The snapshot holds still for the cycle (the caller's lock): the root view reads
 	// its node list in place until it is written.
 	view := placement.NewSharedView(snap)
+	defer view.Done()
 	shares, queueErr := order.Shares(snap)
 	c := &cycle{s: s, snap: snap, view: view, shares: shares, plan: plan, skip: skip, queueErr: queueErr}
 

@@ -155,7 +155,15 @@ func withStartFree(d model.GPUDemand, fraction float64) model.GPUDemand {
 
 // podRequests is the pod's effective requests as the kubelet admits it (containers,
 // init containers, sidecars and overhead).
+//
+// A pod of one container, with no init containers, overhead or pod-level resources,
+// requests what its container does: its list is returned as it is, not summed into a
+// new one (the helper's lists were 5.5 % of gantry-scheduler's allocations at 100
+// pods/s, session 17). Callers only read it.
 func podRequests(pod *corev1.Pod) corev1.ResourceList {
+	if s := &pod.Spec; len(s.Containers) == 1 && len(s.InitContainers) == 0 && s.Overhead == nil && s.Resources == nil {
+		return s.Containers[0].Resources.Requests
+	}
 	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 }
 

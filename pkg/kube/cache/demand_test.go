@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/gantry-dev/gantry/pkg/model"
 	"github.com/gantry-dev/gantry/pkg/names"
@@ -118,5 +119,42 @@ func TestNodeFromAPIFallsBackToCountAndGFDLabels(t *testing.T) {
 	inv := []model.GPU{{Index: 0, UUID: "GPU-1", Model: "NVIDIA-A10G", MemoryBytes: 24e9, Healthy: true}}
 	if m := nodeFromAPI(n, inv); m.GPUsByCountOnly || len(m.GPUs) != 1 || m.GPUs[0].UUID != "GPU-1" {
 		t.Errorf("with an inventory the devices must win: %+v", m)
+	}
+}
+
+// podRequests answers as the Kubernetes helper does for every pod: the fast path of
+// a single container, and the helper's sums for init containers, sidecars, overhead
+// and pod-level resources.
+func TestPodRequestsAgreesWithTheHelper(t *testing.T) {
+	rl := func(cpu, mem string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+	}
+	ctr := func(name string, r corev1.ResourceList) corev1.Container {
+		return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Requests: r}}
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := ctr("sidecar", rl("1", "1Gi"))
+	sidecar.RestartPolicy = &always
+	specs := map[string]corev1.PodSpec{
+		"one container":       {Containers: []corev1.Container{ctr("a", rl("2", "4Gi"))}},
+		"no requests":         {Containers: []corev1.Container{ctr("a", nil)}},
+		"two containers":      {Containers: []corev1.Container{ctr("a", rl("2", "4Gi")), ctr("b", rl("1", "1Gi"))}},
+		"init container":      {Containers: []corev1.Container{ctr("a", rl("2", "4Gi"))}, InitContainers: []corev1.Container{ctr("i", rl("8", "1Gi"))}},
+		"sidecar":             {Containers: []corev1.Container{ctr("a", rl("2", "4Gi"))}, InitContainers: []corev1.Container{sidecar}},
+		"overhead":            {Containers: []corev1.Container{ctr("a", rl("2", "4Gi"))}, Overhead: rl("250m", "120Mi")},
+		"pod-level resources": {Containers: []corev1.Container{ctr("a", rl("2", "4Gi"))}, Resources: &corev1.ResourceRequirements{Requests: rl("3", "8Gi")}},
+	}
+	for name, spec := range specs {
+		pod := &corev1.Pod{Spec: spec}
+		got, want := podRequests(pod), resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			g, w := got[r], want[r]
+			if g.Cmp(w) != 0 {
+				t.Errorf("%s: %s %s, the helper %s", name, r, g.String(), w.String())
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: %v, the helper %v", name, got, want)
+		}
 	}
 }
