@@ -1,6 +1,7 @@
 package podspec
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/gantry-dev/gantry/pkg/model"
 )
@@ -253,5 +255,46 @@ func TestKeepForConstraintsDropsUnreadVolumes(t *testing.T) {
 	KeepForConstraints(slim, full)
 	if slim.Spec.Volumes != nil {
 		t.Fatalf("slim pod keeps volumes %+v, want none", slim.Spec.Volumes)
+	}
+}
+
+// requestedResources names what the pod's effective requests (the Kubernetes
+// helper's sums) hold a non-zero amount of, wherever the request comes from:
+// containers, init containers, sidecars, overhead, pod-level resources.
+func TestRequestedResourcesAgreeWithTheHelper(t *testing.T) {
+	rl := func(kv ...string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			l[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		return l
+	}
+	ctr := func(r corev1.ResourceList) corev1.Container {
+		return corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Requests: r}}
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := ctr(rl("example.com/nic", "1"))
+	sidecar.RestartPolicy = &always
+	specs := map[string]corev1.PodSpec{
+		"containers":     {Containers: []corev1.Container{ctr(rl("cpu", "1", "example.com/fpga", "1")), ctr(rl("hugepages-2Mi", "2Mi", "example.com/zero", "0"))}},
+		"init container": {Containers: []corev1.Container{ctr(rl("cpu", "1"))}, InitContainers: []corev1.Container{ctr(rl("example.com/fpga", "2"))}},
+		"sidecar":        {Containers: []corev1.Container{ctr(rl("cpu", "1"))}, InitContainers: []corev1.Container{sidecar}},
+		"overhead":       {Containers: []corev1.Container{ctr(rl("cpu", "1"))}, Overhead: rl("memory", "120Mi", "example.com/vm", "1")},
+		"pod level":      {Containers: []corev1.Container{ctr(rl("cpu", "1"))}, Resources: &corev1.ResourceRequirements{Requests: rl("cpu", "2", "memory", "1Gi")}},
+		"none":           {Containers: []corev1.Container{ctr(nil)}},
+	}
+	for name, spec := range specs {
+		pod := &corev1.Pod{Spec: spec}
+		got := map[corev1.ResourceName]bool{}
+		requestedResources(pod, func(r corev1.ResourceName) { got[r] = true })
+		want := map[corev1.ResourceName]bool{}
+		for r, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+			if !q.IsZero() {
+				want[r] = true
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: requested %v, the helper's non-zero requests %v", name, got, want)
+		}
 	}
 }
