@@ -272,9 +272,8 @@ func measure(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kub
 			opts.logf("%s %s: in-process scheduler: %v", s.Name, sched.Label(), err)
 		}
 	}
-	exited := sc.proc != nil && sc.proc.exited() != nil
-	var exitErr error
-	if exited {
+	var exitErr error // the scheduler ended on its own, before the harness stopped it
+	if sc.proc != nil {
 		exitErr = sc.proc.exited()
 	}
 	sc.stop()
@@ -282,7 +281,7 @@ func measure(ctx context.Context, env *testenv.Env, cfg *rest.Config, client kub
 	switch {
 	case waitErr != nil:
 		r.Status = waitErr.Error()
-	case exited:
+	case exitErr != nil:
 		r.Status = exitErr.Error()
 	}
 	return inspect(ctx, client, s, sched, logDir, r)

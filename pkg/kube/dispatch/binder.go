@@ -55,9 +55,9 @@ type result struct {
 
 // binder issues pods/binding calls, at most `workers` at once: the API server handles
 // them in parallel, and one cycle's binds would otherwise queue behind each other's
-// round trips. Slots are taken first come, first served and a gang takes all of its
-// members' slots together, so gangs are bound one after another, each in about one
-// round trip, rather than interleaved member by member.
+// round trips. Gangs take slots first come, first served, each taking its members'
+// slots before the next gang takes any (bindAll), so gangs are bound one after
+// another, each in about one round trip, rather than interleaved member by member.
 type binder struct {
 	client  kubernetes.Interface
 	workers int
@@ -68,10 +68,12 @@ type binder struct {
 	// inFlight counts the pods between taking a slot and their result: what the
 	// cycle log reports, to tell whether the pipeline ran dry between cycles.
 	inFlight atomic.Int64
-	// pool runs the batches (Runner.startBind) and the members of a gang after
-	// the first (bindAll): at most workers of each at once, so at most twice that
-	// wait for work.
+	// pool runs the batches (Runner.startBind) and the members of a gang but its
+	// last (bindAll): at most workers of each at once, so at most twice that wait
+	// for work.
 	pool *workerPool
+	// turn lets one gang at a time take slots (bindAll).
+	turn sync.Mutex
 }
 
 func newBinder(client kubernetes.Interface, workers int) *binder {
@@ -214,35 +216,48 @@ func unreachable(err error) bool {
 
 // bindAll binds a gang's batch in parallel and returns one result per request. It
 // waits for all of them.
+//
+// Gangs take slots in turn (turn), and a gang's members one by one, each starting
+// its Binding as soon as it has a slot. A gang that waited for all its slots at once
+// left the slots freed meanwhile idle: in a drain of gangs of 8 the binds in flight
+// averaged 26 of 32 at each cycle's start, against 30 for single pods (session 17).
+// Taking them in turn still binds gangs one after another rather than interleaving
+// their members. A gang larger than the slots takes back those its first members
+// free.
 func (b *binder) bindAll(ctx context.Context, reqs []cache.BindRequest) []result {
 	out := make([]result, len(reqs))
-	for start := 0; start < len(reqs); start += b.workers {
-		chunk := reqs[start:min(start+b.workers, len(reqs))]
-		if err := b.slots.Acquire(ctx, int64(len(chunk))); err != nil {
-			for i := start; i < len(reqs); i++ {
-				out[i] = result{req: reqs[i], outcome: failed, err: err}
+	one := func(i int) {
+		defer b.slots.Release(1)
+		b.inFlight.Add(1)
+		defer b.inFlight.Add(-1)
+		out[i] = b.bind(ctx, reqs[i])
+	}
+	last := len(reqs) - 1
+	var wg sync.WaitGroup
+	b.turn.Lock()
+	for i := range reqs {
+		if err := b.slots.Acquire(ctx, 1); err != nil {
+			b.turn.Unlock()
+			for j := i; j < len(reqs); j++ {
+				out[j] = result{req: reqs[j], outcome: failed, err: err}
 			}
+			wg.Wait()
 			return out
 		}
-		one := func(i int) {
-			defer b.slots.Release(1)
-			b.inFlight.Add(1)
-			defer b.inFlight.Add(-1)
-			out[start+i] = b.bind(ctx, chunk[i])
+		if i == last {
+			break
 		}
-		// The first member is bound on this goroutine, the others each on a
-		// worker of the pool: a single pod, the most common batch, hands nothing.
-		var wg sync.WaitGroup
-		for i := 1; i < len(chunk); i++ {
-			wg.Add(1)
-			b.pool.run(ctx, func() {
-				defer wg.Done()
-				one(i)
-			})
-		}
-		one(0)
-		wg.Wait()
+		// Every member but the last binds on a worker of the pool, the last on
+		// this goroutine: a single pod, the most common batch, hands nothing.
+		wg.Add(1)
+		b.pool.run(ctx, func() {
+			defer wg.Done()
+			one(i)
+		})
 	}
+	b.turn.Unlock()
+	one(last)
+	wg.Wait()
 	return out
 }
 

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -310,5 +311,80 @@ func TestRollbackUndoesVolumeDecisions(t *testing.T) {
 		if node, ok := claim.Annotations["volume.kubernetes.io/selected-node"]; ok {
 			t.Errorf("claim %s keeps selected node %q after its gang was rolled back", claim.Name, node)
 		}
+	}
+}
+
+// A gang's members start binding as slots free, not once all of its slots are free:
+// with one slot of eight free, the first member of a gang of three is posted at
+// once, and the gang completes as the other slots free. When a gang waited for all
+// its slots together, nothing was posted until three were free.
+func TestGangMembersTakeSlotsAsTheyFree(t *testing.T) {
+	posted := make(chan string, 3)
+	b := newFake(t, &fakeAPI{bind: func(name string, _ int) error {
+		posted <- name
+		return nil
+	}})
+	if err := b.slots.Acquire(context.Background(), 7); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []result, 1)
+	go func() {
+		results, _ := b.bindGang(context.Background(), []cache.BindRequest{req("w1", "a"), req("w2", "a"), req("w3", "a")}, 3)
+		done <- results
+	}()
+	select {
+	case <-posted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no member was posted with a slot free: the gang waited for all of its slots at once")
+	}
+	b.slots.Release(7)
+	select {
+	case results := <-done:
+		for _, r := range results {
+			if r.outcome != bound {
+				t.Fatalf("%s: outcome %v, want bound", r.req.Pod.ID, r.outcome)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gang was not bound once the slots freed")
+	}
+}
+
+// Gangs take slots in turn: with every slot taken, a gang of three and then a gang
+// of two wait; one slot, freed, passes from member to member as each Binding is
+// answered, and goes to all of the first gang's members before the second's.
+// Without the turn, the second gang's first member queued for a slot between the
+// first gang's members.
+func TestGangsTakeSlotsInTurn(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	b := newFake(t, &fakeAPI{bind: func(name string, _ int) error {
+		mu.Lock()
+		order = append(order, name)
+		mu.Unlock()
+		return nil
+	}})
+	if err := b.slots.Acquire(context.Background(), 8); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	gang := func(names ...string) {
+		var reqs []cache.BindRequest
+		for _, n := range names {
+			reqs = append(reqs, req(n, "n"))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.bindGang(context.Background(), reqs, len(reqs))
+		}()
+		time.Sleep(20 * time.Millisecond) // waiting for a slot, or for its turn
+	}
+	gang("a1", "a2", "a3")
+	gang("b1", "b2")
+	b.slots.Release(1)
+	wg.Wait()
+	if got := strings.Join(order, " "); got != "a1 a2 a3 b1 b2" {
+		t.Fatalf("posted %s, want a1 a2 a3 b1 b2: the gangs' members interleaved", got)
 	}
 }
