@@ -225,6 +225,9 @@ func unreachable(err error) bool {
 // their members. A gang larger than the slots takes back those its first members
 // free.
 func (b *binder) bindAll(ctx context.Context, reqs []cache.BindRequest) []result {
+	if len(reqs) == 0 {
+		return nil // a batch whose pods were all gone or bound by commit time
+	}
 	out := make([]result, len(reqs))
 	one := func(i int) {
 		defer b.slots.Release(1)

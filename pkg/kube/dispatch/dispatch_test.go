@@ -388,3 +388,17 @@ func TestGangsTakeSlotsInTurn(t *testing.T) {
 		t.Fatalf("posted %s, want a1 a2 a3 b1 b2: the gangs' members interleaved", got)
 	}
 }
+
+// A batch can reach the binder empty (its pods gone or bound by the time the cycle
+// committed): it binds nothing and returns nothing, rather than index a member it
+// does not have.
+func TestEmptyBatchBindsNothing(t *testing.T) {
+	b := newFake(t, &fakeAPI{bind: func(name string, _ int) error {
+		t.Errorf("posted %s from an empty batch", name)
+		return nil
+	}})
+	results, err := b.bindGang(context.Background(), nil, 0)
+	if len(results) != 0 || err != nil {
+		t.Fatalf("an empty batch gave %v, %v; want nothing", results, err)
+	}
+}
