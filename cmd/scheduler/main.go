@@ -64,6 +64,7 @@ func main() {
 	ctrllog.SetLogger(klog.NewKlogr())
 	flag.Parse()
 	klog.Info(setMemoryLimit(cgroupRoot, os.LookupEnv))
+	klog.Info(tuneGC(os.LookupEnv))
 	if len(schedulerNames) == 0 {
 		schedulerNames = names{"gantry-scheduler"}
 	}
