@@ -21,7 +21,9 @@ const ProfileLabel = "component"
 
 // startGantryInProcess runs the scheduler through kube.Run in this process, as
 // cmd/scheduler does without leader election, with a CPU profile from its start until
-// stop. The heap profile, if asked for, is written at stop after a GC.
+// stop. The heap profile, if asked for, is written at stop after a GC. The collector
+// runs at the harness's pace, not at the one cmd/scheduler sets (gctune.go): the heap
+// is the whole process's. `-profile-dir` profiles the binary itself.
 func startGantryInProcess(ctx context.Context, base *rest.Config, qps int, cpuProfile, heapProfile string) (stop func() error, err error) {
 	cfg := rest.CopyConfig(base)
 	cfg.QPS, cfg.Burst = float32(qps), qps
